@@ -1,0 +1,50 @@
+# dgx_spark.vllm — every entry point a developer or CI needs.
+#   make sim     set up, bring up the simulated cluster and run playbooks/serve.yml on it
+#   make test    set up, then every test layer: units, static checks, molecule on the simulated cluster
+#   make fast    units and lint (the inner loop)
+SHELL := /bin/bash
+VENV := $(CURDIR)/.venv
+export PATH := $(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_FORCE_COLOR ?= 0
+PYTEST := $(VENV)/bin/pytest
+
+.PHONY: setup sim sim-down test fast unit lint sanity build molecule bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+sim: setup
+	@bash scripts/sim.sh
+
+sim-down: setup
+	ansible-playbook playbooks/teardown.yml
+	ansible-playbook playbooks/sim.yml -e sim_state=absent
+
+# The whole pyramid, fast to slow; pytest prints one summary line at the end.
+test: setup
+	$(PYTEST) tests/unit tests/static tests/integration
+
+fast: setup
+	$(PYTEST) tests/unit tests/static -m "not slow"
+
+unit: setup
+	$(PYTEST) tests/unit
+
+lint: setup
+	$(PYTEST) tests/static -k "lint"
+
+sanity: setup
+	$(PYTEST) tests/static -k "sanity"
+
+build: setup
+	$(PYTEST) tests/static -k "build"
+
+molecule: setup
+	$(PYTEST) tests/integration
+
+bench: setup
+	@bash scripts/bench.sh
+
+clean:
+	rm -rf build tests/output .pytest_cache dgx_spark-vllm-*.tar.gz

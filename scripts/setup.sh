@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Set-up of a machine for this collection. Idempotent; every step is skipped when already done.
+#   - .venv with the pinned Python requirements (requirements-dev.txt)
+#   - Docker (Debian's docker.io) with a running daemon, and debootstrap for the simulated cluster
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
+
+python=${PYTHON:-python3}
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || die "$python is $("$python" -V 2>&1); ansible-core 2.19 needs Python 3.11 or newer (set PYTHON=/path/to/python3.11)"
+
+# 1. Python virtualenv with pinned requirements; reinstalled only when a requirements file changes.
+want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  "$python" -m venv .venv
+fi
+if [ "$(cat .venv/.requirements.sha256 2>/dev/null)" != "$want" ]; then
+  say "installing pinned Python requirements into .venv"
+  .venv/bin/python -m pip install --quiet -r requirements-dev.txt
+  echo "$want" > .venv/.requirements.sha256
+else
+  say ".venv is up to date"
+fi
+
+# 2. System packages: docker.io (client and daemon) and debootstrap (base image of the simulated cluster).
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v docker >/dev/null 2>&1 || missing+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+if [ ${#missing[@]} -gt 0 ]; then
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    die "missing ${missing[*]}; install them as root: apt-get install -y ${missing[*]}"
+  fi
+  say "installing ${missing[*]} from Debian"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# 3. A Docker daemon that answers.
+if docker info >/dev/null 2>&1; then
+  say "docker daemon answers"
+else
+  [ "$(id -u)" -eq 0 ] || die "no Docker daemon answers and this is not root: start one (sudo systemctl start docker), or add your user to the docker group"
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+    say "starting docker with systemctl"
+    systemctl start docker || true
+  fi
+  if ! docker info >/dev/null 2>&1; then
+    say "starting dockerd in the background (log: /var/log/dockerd.log)"
+    nohup dockerd >/var/log/dockerd.log 2>&1 &
+  fi
+  for _ in $(seq 60); do
+    docker info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  docker info >/dev/null 2>&1 || die "dockerd did not answer within 60 s; see /var/log/dockerd.log"
+  say "docker daemon answers"
+fi

@@ -1,0 +1,34 @@
+"""Run a command for a test, keep its output under tests/output/logs, and fail with the tail of it."""
+
+import os
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOGS = os.path.join(ROOT, "tests", "output", "logs")
+VENV_BIN = os.path.join(ROOT, ".venv", "bin")
+
+
+def environment(extra=None):
+    env = dict(os.environ)
+    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
+    env.setdefault("ANSIBLE_CONFIG", os.path.join(ROOT, "ansible.cfg"))
+    env["ANSIBLE_FORCE_COLOR"] = "0"
+    env["PY_COLORS"] = "0"
+    env.update(extra or {})
+    return env
+
+
+def run(name, argv, cwd=ROOT, env=None, timeout=3600, check=True, tail=120):
+    """Run ``argv``; its combined output goes to tests/output/logs/<name>.log and is returned."""
+    os.makedirs(LOGS, exist_ok=True)
+    log = os.path.join(LOGS, name + ".log")
+    with open(log, "w", encoding="utf-8") as handle:
+        proc = subprocess.run(argv, cwd=cwd, env=environment(env), stdout=handle, stderr=subprocess.STDOUT,
+                              timeout=timeout, check=False)
+    with open(log, encoding="utf-8", errors="replace") as handle:
+        output = handle.read()
+    if check and proc.returncode != 0:
+        lines = output.splitlines()
+        raise AssertionError("%s exited %d (full log: %s); last lines:\n%s"
+                             % (" ".join(argv), proc.returncode, log, "\n".join(lines[-tail:])))
+    return proc.returncode, output
