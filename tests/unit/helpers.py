@@ -48,3 +48,55 @@ def build_proc(root, meminfo_name, processes=()):
                          "VmRSS:\t%8d kB\nRssAnon:\t%8d kB\nRssFile:\t%8d kB\nRssShmem:\t       0 kB\n"
                          % (name, pid, pid, ppid, rss_kib, rss_kib * 3 // 4, rss_kib // 4))
     return str(root)
+
+
+def roce_facts(capture, root):
+    """The roce_gid_info result for a sysfs capture."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils import roce
+
+    ports, dummy = roce.read_devices(build_sysfs(capture, root))
+    hca, index, dummy = roce.nccl_choice(ports)
+    return {"roce_devices": ports, "nccl_ib_hca": hca, "nccl_gid_index": index}
+
+
+def memory_facts(meminfo_name):
+    """The unified_memory_info result for a GB10 meminfo capture."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils import unified_memory as um
+
+    return um.summarize(um.parse_meminfo(read_fixture("meminfo", meminfo_name)),
+                        um.parse_gpu_query(read_fixture("nvidia_smi", "gb10-query-gpu.csv")), [])
+
+
+def image_facts():
+    import json
+
+    return json.loads(read_fixture("image_info", "vllm-cpu-0.32.0.json"))
+
+
+SPARKS = [  # name, fabric IP, sysfs capture
+    ("spark1", "192.168.100.10", "spark-one-cable.txt"),
+    ("spark2", "192.168.100.11", "spark-ipv6-shift.txt"),
+    ("spark3", "192.168.100.12", "spark-mixed-index.txt"),
+]
+
+
+def spark_inputs(profile, root, count=2, backend=None, meminfo="gb10-idle.txt", settings=None):
+    """Planner inputs for ``count`` Sparks of the sample inventory with probe facts from captures."""
+    import os
+
+    nodes = {}
+    for name, ip, capture in SPARKS[:count]:
+        nodes[name] = {"fabric_ip": ip, "fabric_interfaces": ["enp1s0f1np1"],
+                       "memory": memory_facts(meminfo), "roce": roce_facts(capture, os.path.join(str(root), name)),
+                       "image": image_facts()}
+    base = {"image": "nvcr.io/nvidia/vllm:26.09-py3", "api_key_file": "inventories/sparks/.secrets/vllm_api_key"}
+    base.update(settings or {})
+    return {
+        "head_hosts": [SPARKS[0][0]],
+        "order": [s[0] for s in SPARKS[:count]],
+        "nodes": nodes,
+        "profile": profile,
+        "backend": backend or profile.get("backend", "ray"),
+        "settings": base,
+        "image_info": image_facts(),
+    }

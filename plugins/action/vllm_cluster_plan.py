@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin dgx_spark.vllm.vllm_cluster_plan: runs the planner on the controller.
+
+It gathers the inventory (groups, each host's spark_fabric_ip and spark_fabric_interfaces) and the
+probe facts each host holds, loads the profile (user folders first, then the collection's), calls
+the pure planner and returns the plan. It changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles, render
+
+COLLECTION_PROFILES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "profiles"))
+
+ARGUMENT_SPEC = dict(
+    profile=dict(type="str"),
+    profile_file=dict(type="path"),
+    profile_dirs=dict(type="list", elements="path", default=[]),
+    backend=dict(type="str", choices=["ray", "mp"]),
+    stage=dict(type="str", default="full", choices=["inventory", "full"]),
+    head_group=dict(type="str", default="spark_head"),
+    worker_group=dict(type="str", default="spark_workers"),
+    probe_fact=dict(type="str", default="dgx_spark_probe"),
+    settings=dict(type="dict", default={}),
+    overrides=dict(type="dict", default={}),
+    extra_flags=dict(type="dict", default={}),
+    extra_env=dict(type="dict", default={}),
+    model_config=dict(type="dict"),
+    weights_bytes=dict(type="int"),
+    fail_on_error=dict(type="bool", default=True),
+)
+
+
+class ActionModule(ActionBase):
+    """Plan a dgx_spark.vllm deployment."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC,
+                                                       mutually_exclusive=[("profile", "profile_file")],
+                                                       required_one_of=[("profile", "profile_file")])
+        del validation
+        task_vars = task_vars or {}
+        try:
+            if args["profile_file"]:
+                profile = profiles.load(args["profile_file"])
+            else:
+                profile = profiles.load(profiles.find(args["profile"], list(args["profile_dirs"]) + [COLLECTION_PROFILES]))
+        except profiles.ProfileError as exc:
+            raise AnsibleActionFail(to_text(exc))
+
+        groups = task_vars.get("groups", {})
+        hostvars = task_vars.get("hostvars", {})
+        heads = list(groups.get(args["head_group"], []))
+        workers = [h for h in groups.get(args["worker_group"], []) if h not in heads]
+        order = heads[:1] + workers + heads[1:]
+        nodes = {}
+        for host in order:
+            values = hostvars.get(host, {})
+            probe = values.get(args["probe_fact"]) or {}
+            nodes[host] = {
+                "fabric_ip": values.get("spark_fabric_ip"),
+                "fabric_interfaces": values.get("spark_fabric_interfaces") or None,
+                "memory": probe.get("memory"),
+                "roce": probe.get("roce"),
+                "image": probe.get("image"),
+            }
+        image_info = (nodes.get(heads[0], {}) if heads else {}).get("image")
+        inputs = {
+            "head_hosts": heads,
+            "order": order,
+            "nodes": nodes,
+            "profile": profile,
+            "backend": args["backend"] or profile.get("backend") or "ray",
+            "settings": args["settings"],
+            "overrides": args["overrides"],
+            "extra_flags": args["extra_flags"],
+            "extra_env": args["extra_env"],
+            "model_config": args["model_config"],
+            "weights_bytes": args["weights_bytes"],
+            "image_info": image_info,
+        }
+        plan = planner.make_plan(inputs, stage=args["stage"])
+        images = {h: (n.get("image") or {}).get("id") for h, n in nodes.items() if (n.get("image") or {}).get("id")}
+        if len(set(images.values())) > 1:
+            plan["ok"] = False
+            plan["errors"].append({"host": "all", "value": images, "message": "nodes run different images: %s; every node must run "
+                                   "the same image ID (the image role distributes it)" % ", ".join("%s=%s" % (h, i[:19]) for h, i in sorted(images.items()))})
+        result["plan"] = plan
+        result["plan_text"] = render.render(plan)
+        result["changed"] = False
+        if plan["warnings"]:
+            result["warnings"] = list(plan["warnings"])
+        if plan["errors"] and args["fail_on_error"]:
+            result["failed"] = True
+            result["msg"] = "The plan has %d error(s); nothing was changed:\n%s" % (
+                len(plan["errors"]), "\n".join("- [%s] %s" % (e["host"], e["message"]) for e in plan["errors"]))
+        return result

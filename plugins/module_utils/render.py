@@ -1,0 +1,87 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The plan as text a person reads: a table per node, every rank's command, the memory plan, warnings."""
+
+from __future__ import annotations
+
+import shlex
+
+GIB = 1024 ** 3
+
+
+def _gib(value):
+    return "-" if value is None else "%.1f GiB" % (value / float(GIB))
+
+
+def _table(header, rows):
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def _command(argv):
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+def render(plan):
+    """Lines of text describing ``plan``."""
+    parallel = plan.get("parallel") or {}
+    lines = ["Plan: profile %s, backend %s, %d node(s), TP=%s PP=%s DP=%s EP=%s, world size %s" % (
+        plan.get("profile"), plan.get("backend"), parallel.get("nodes", 0), parallel.get("tensor_parallel_size"),
+        parallel.get("pipeline_parallel_size"), parallel.get("data_parallel_size"),
+        "yes" if parallel.get("expert_parallel") else "no", parallel.get("world_size"))]
+    cluster = plan.get("cluster")
+    if cluster:
+        endpoint = cluster["endpoint"]
+        lines.append("Endpoint: %s/v1 serving %s (API key from %s)" % (endpoint["url"], endpoint["served_model_name"],
+                                                                       endpoint.get("api_key_file") or "the environment"))
+        lines.append("Image: %s (vLLM %s); NCCL transport: %s%s" % (
+            cluster["image"], cluster.get("vllm_version") or "?", cluster["transport"], ", strict" if cluster["nccl_strict"] else ""))
+        if cluster.get("eager_reason"):
+            lines.append("Eager mode: %s" % cluster["eager_reason"])
+        nodes = plan.get("nodes") or {}
+        rows = []
+        for name in plan.get("nodes_order", []):
+            node = nodes.get(name)
+            if not node:
+                continue
+            env = node["env_node"]
+            rows.append([name, node["rank"], node["fabric_ip"], ", ".join(c["name"] for c in node["containers"]),
+                         env.get("NCCL_IB_GID_INDEX", "auto" if env.get("NCCL_IB_HCA") else "-"),
+                         env.get("GLOO_SOCKET_IFNAME", "-"), node["config_hash"]])
+        lines += [""] + _table(["node", "rank", "fabric IP", "container", "GID index", "interface", "config hash"], rows)
+        lines += ["", "Environment on every rank:"]
+        lines += ["  %s=%s" % (k, v) for k, v in sorted(cluster["env_common"].items())]
+        for name in plan.get("nodes_order", []):
+            if name in nodes:
+                lines.append("Environment of %s only:" % name)
+                lines += ["  %s=%s" % (k, v) for k, v in sorted(nodes[name]["env_node"].items())]
+        lines += ["", "Commands:"]
+        for name in plan.get("nodes_order", []):
+            node = nodes.get(name)
+            if not node:
+                continue
+            for spec in node["containers"]:
+                lines.append("  %s, container %s: %s" % (name, spec["name"], _command(spec["command"])))
+            if node.get("serve") and plan.get("backend") == "ray":
+                lines.append("  %s, inside %s: %s" % (name, node["serve"]["container"], _command(node["serve"]["argv"])))
+        memory = cluster.get("memory")
+        if memory:
+            lines += ["", "Memory (KV %d B/token/rank%s, from %s):" % (
+                memory["kv_bytes_per_token"], ", MLA" if memory["mla"] else "", memory.get("config_source", "config"))]
+            rows = [[name, _gib(m["mem_total_bytes"]), _gib(m["mem_available_bytes"]), _gib(m["requested_bytes"]),
+                     _gib(m["weights_bytes"]), _gib(m["kv_cache_bytes"]), "{:,}".format(m["kv_tokens"]), "yes" if m["fits"] else "NO"]
+                    for name, m in sorted(memory["nodes"].items())]
+            lines += _table(["node", "total", "available", "vLLM requests", "weights/rank", "KV cache", "KV tokens", "fits"], rows)
+            lines.append("Largest context that fits: {:,} tokens; max_model_len {}; recommended gpu_memory_utilization {}".format(
+                memory["max_context_tokens"], memory.get("max_model_len"), memory.get("recommended_gpu_memory_utilization")))
+    for warning in plan.get("warnings") or []:
+        lines.append("WARNING: %s" % warning)
+    for error in plan.get("errors") or []:
+        lines.append("ERROR [%s]: %s" % (error["host"], error["message"]))
+    lines.append("Verdict: %s" % ("ready to apply" if plan.get("ok") else "refused, nothing will be changed"))
+    return lines

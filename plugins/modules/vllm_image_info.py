@@ -1,0 +1,145 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_image_info
+short_description: Read what a vLLM image offers, the vLLM and Ray versions, its serve flags and parsers
+version_added: 0.1.0
+description:
+  - Runs the image once (C(docker run --rm --network none)) and builds vLLM's own argument parser to list every
+    option string C(vllm serve) accepts with its choices, and the reasoning and tool-call parsers it registers.
+  - Flags move between vLLM releases; the planner drops or refuses flags the image lacks, naming each.
+  - With O(cache_dir), the answer is kept per image ID, so an unchanged image is read once (importing vLLM
+    takes several seconds).
+author:
+  - dgx_spark.vllm developers (@dgx-spark)
+extends_documentation_fragment:
+  - dgx_spark.vllm.attributes
+  - dgx_spark.vllm.attributes.INFO_MODULE
+  - dgx_spark.vllm.attributes.ACTIONGROUP_VLLM
+options:
+  image:
+    description: The image, by name or ID.
+    type: str
+    required: true
+  docker:
+    description: Docker CLI.
+    type: str
+    default: docker
+  gpus:
+    description: Value of C(--gpus) for the probe container (C(all) on a DGX Spark); none when omitted.
+    type: str
+  cache_dir:
+    description: Folder keeping one answer per image ID. Not written in check mode.
+    type: path
+"""
+
+EXAMPLES = r"""
+- name: Read the image's vLLM
+  dgx_spark.vllm.vllm_image_info:
+    image: nvcr.io/nvidia/vllm:26.09-py3
+    gpus: all
+    cache_dir: /var/lib/dgx-spark-vllm/image-info
+  register: image
+
+- name: Show its version
+  ansible.builtin.debug:
+    msg: "vLLM {{ image.image_info.version }}, Ray {{ image.image_info.ray_version | default('missing', true) }}"
+"""
+
+RETURN = r"""
+image_info:
+  description: What the image offers.
+  returned: success
+  type: dict
+  contains:
+    image:
+      description: The image as given.
+      type: str
+    id:
+      description: Image ID.
+      type: str
+    version:
+      description: vLLM version (C(vllm.__version__)).
+      type: str
+      sample: 0.32.0
+    ray_version:
+      description: Ray version, null when the image has no Ray (NGC vLLM images from 26.05).
+      type: str
+    options:
+      description: Every option string of C(vllm serve), mapped to its choices (null when free).
+      type: dict
+    reasoning_parsers:
+      description: Registered reasoning parser names.
+      type: list
+      elements: str
+    tool_parsers:
+      description: Registered tool-call parser names.
+      type: list
+      elements: str
+    cached:
+      description: True when the answer came from O(cache_dir).
+      type: bool
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.image_info import (
+    PROBE_SCRIPT,
+    ImageInfoError,
+    parse_probe_output,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            image=dict(type="str", required=True),
+            docker=dict(type="str", default="docker"),
+            gpus=dict(type="str"),
+            cache_dir=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    image, docker, cache_dir = module.params["image"], module.params["docker"], module.params["cache_dir"]
+    rc, out, err = run(module, [docker, "image", "inspect", "--format", "{{.Id}}", image])
+    if rc != 0:
+        module.fail_json(msg="image %s is not on this node (%s); build or load it first (the image role does)"
+                         % (image, (err or out).strip()))
+    image_id = out.strip()
+    cache = os.path.join(cache_dir, image_id.replace(":", "_") + ".json") if cache_dir else None
+    if cache and os.path.exists(cache):
+        try:
+            with open(cache, encoding="utf-8") as handle:
+                info = json.load(handle)
+            info.update(image=image, id=image_id, cached=True)
+            module.exit_json(changed=False, image_info=info)
+        except (OSError, ValueError):
+            pass
+    argv = [docker, "run", "--rm", "--network", "none", "--entrypoint", "python3"]
+    if module.params["gpus"]:
+        argv += ["--gpus", module.params["gpus"]]
+    rc, out, err = run(module, argv + [image, "-c", PROBE_SCRIPT])
+    try:
+        info = parse_probe_output(rc, out, err, image)
+    except ImageInfoError as exc:
+        module.fail_json(msg=str(exc))
+    info.update(image=image, id=image_id, cached=False)
+    if cache and not module.check_mode:
+        os.makedirs(cache_dir, exist_ok=True)
+        with open(cache + ".tmp", "w", encoding="utf-8") as handle:
+            json.dump(info, handle)
+        os.replace(cache + ".tmp", cache)
+    module.exit_json(changed=False, image_info=info)
+
+
+if __name__ == "__main__":
+    main()

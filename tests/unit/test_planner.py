@@ -1,0 +1,278 @@
+"""planner: one pure plan from inventory, probe facts (captured) and a profile."""
+
+import copy
+import json
+import os
+
+import pytest
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles, render
+
+from helpers import spark_inputs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROFILES = os.path.join(ROOT, "profiles")
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
+
+
+def profile(name):
+    return profiles.load(profiles.find(name, [PROFILES]))
+
+
+def errors(plan):
+    return [e["message"] for e in plan["errors"]]
+
+
+@pytest.fixture(name="m25")
+def fixture_m25():
+    return profile("minimax_m25_nvfp4_ep")
+
+
+def test_ray_plan_for_two_sparks(tmp_path, m25):
+    plan = planner.make_plan(spark_inputs(m25, tmp_path))
+    assert plan["ok"], plan["errors"]
+    head, worker = plan["nodes"]["spark1"], plan["nodes"]["spark2"]
+    assert (head["rank"], worker["rank"]) == (0, 1)
+    # fact 6: each node's own fabric IP, in the environment of its ray start and as --node-ip-address
+    assert head["env_node"]["VLLM_HOST_IP"] == "192.168.100.10"
+    assert worker["env_node"]["VLLM_HOST_IP"] == "192.168.100.11"
+    head_cmd, worker_cmd = head["containers"][0]["command"], worker["containers"][0]["command"]
+    assert head_cmd[:4] == ["ray", "start", "--head", "--port"]
+    assert "--include-dashboard=false" in head_cmd
+    assert head_cmd[head_cmd.index("--node-ip-address") + 1] == "192.168.100.10"
+    assert worker_cmd[worker_cmd.index("--address") + 1] == "192.168.100.10:6379"
+    assert worker_cmd[worker_cmd.index("--node-ip-address") + 1] == "192.168.100.11"
+    for cmd in (head_cmd, worker_cmd):  # fact 5
+        assert cmd[cmd.index("--object-store-memory") + 1] == "1073741824"
+        assert cmd[cmd.index("--num-gpus") + 1] == "1"
+    # fact 8: the GID index is per node, never one value for the cluster
+    assert head["env_node"]["NCCL_IB_GID_INDEX"] == "3"
+    assert worker["env_node"]["NCCL_IB_GID_INDEX"] == "5"
+    assert head["env_node"]["NCCL_NET_GDR_LEVEL"] == "LOC"
+    # fact 7: kernel-selecting variables are identical on every rank
+    assert head["env_common"] == worker["env_common"]
+    assert head["env_common"]["VLLM_NVFP4_GEMM_BACKEND"] == "marlin"
+    assert head["env_common"]["RAY_memory_monitor_refresh_ms"] == "0"
+    assert set(plan["cluster"]["non_carry_over_env_vars"]) >= {"VLLM_HOST_IP", "NCCL_IB_GID_INDEX", "NCCL_IB_HCA",
+                                                                 "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}
+    # fact 1: vllm serve runs inside the head's Ray container, never as a ray:// client
+    serve = head["serve"]
+    assert serve["container"] == head["containers"][0]["name"] == "dgx-spark-ray-spark1"
+    assert serve["argv"][-2:] == ["--distributed-executor-backend", "ray"]
+    assert "ray://" not in json.dumps(plan)
+    # fact 8: identical container flags on every node
+    for key in ("network_mode", "ipc_mode", "devices", "capabilities", "ulimits", "gpus"):
+        assert head["containers"][0][key] == worker["containers"][0][key]
+    assert head["containers"][0]["devices"] == ["/dev/infiniband:/dev/infiniband"]
+    assert "memlock:-1:-1" in head["containers"][0]["ulimits"]
+    # fact 16: no --rm; containers carry the collection's labels and a config hash
+    labels = head["containers"][0]["labels"]
+    assert labels["dgx_spark.vllm.managed"] == "true" and labels["dgx_spark.vllm.config_hash"] == head["config_hash"]
+    assert plan["cluster"]["expected_ray_nodes"] == 2 and plan["cluster"]["expected_ray_gpus"] == 2
+    assert plan["cluster"]["endpoint"]["url"] == "http://192.168.100.10:8000"
+    assert plan["parallel"]["expert_parallel"] is True and "--enable-expert-parallel" in serve["argv"]
+
+
+def test_mp_plan_ranks(tmp_path, m25):
+    plan = planner.make_plan(spark_inputs(m25, tmp_path, backend="mp"))
+    assert plan["ok"], plan["errors"]
+    head, worker = plan["nodes"]["spark1"]["serve"]["argv"], plan["nodes"]["spark2"]["serve"]["argv"]
+    for argv, rank in ((head, "0"), (worker, "1")):
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert argv[argv.index("--node-rank") + 1] == rank
+        assert argv[argv.index("--master-addr") + 1] == "192.168.100.10"
+        assert argv[argv.index("--master-port") + 1] == "29501"
+    assert "--headless" not in head and worker[-1] == "--headless"
+    assert plan["nodes"]["spark2"]["containers"][0]["command"][0] == "/dgx-spark/bin/vllm-serve"
+    assert "RAY_memory_monitor_refresh_ms" not in plan["cluster"]["env_common"]
+
+
+def test_config_hash_moves_only_where_the_change_lands(tmp_path, m25):
+    base = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
+    inputs = spark_inputs(m25, tmp_path / "b")
+    assert planner.make_plan(inputs)["nodes"]["spark2"]["config_hash"] == base["nodes"]["spark2"]["config_hash"]
+    inputs["nodes"]["spark2"]["fabric_interfaces"] = ["enP2p1s0f1np1"]
+    changed = planner.make_plan(inputs)
+    assert changed["nodes"]["spark2"]["config_hash"] != base["nodes"]["spark2"]["config_hash"]
+    assert changed["nodes"]["spark1"]["config_hash"] == base["nodes"]["spark1"]["config_hash"]
+    assert changed["cluster"]["serve_config_hash"] != base["cluster"]["serve_config_hash"]
+    inputs = spark_inputs(m25, tmp_path / "c")
+    inputs["extra_env"] = {"VLLM_MARLIN_USE_ATOMIC_ADD": "1"}
+    common = planner.make_plan(inputs)
+    assert all(common["nodes"][n]["config_hash"] != base["nodes"][n]["config_hash"] for n in ("spark1", "spark2"))
+
+
+def test_m3_on_three_nodes_with_uneven_heads_allowed(tmp_path):
+    m3 = profile("minimax_m3_nvfp4_tp3")
+    inputs = spark_inputs(m3, tmp_path, count=3)
+    inputs["model_config"] = {"num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128}
+    plan = planner.make_plan(inputs)
+    assert plan["ok"], plan["errors"]
+    assert any("TP=3 neither divides the 8 KV heads" in w for w in plan["warnings"])
+    assert plan["nodes"]["spark3"]["rank"] == 2
+    # spark3's two ports disagree (3 and 5): NCCL picks per device there
+    assert "NCCL_IB_GID_INDEX" not in plan["nodes"]["spark3"]["env_node"]
+    assert "--load-format" in plan["cluster"]["vllm_argv"]
+
+
+def test_uneven_heads_are_refused_without_the_profiles_permission(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path, count=3)
+    inputs["overrides"] = {"tensor_parallel_size": 3}
+    plan = planner.make_plan(inputs)
+    assert "TP=3 neither divides the 8 KV heads nor is a multiple of them of lukealonso/MiniMax-M2.5-NVFP4" in errors(plan)[0]
+
+
+def test_node_count_not_matching_parallel_sizes(tmp_path, m25):
+    plan = planner.make_plan(spark_inputs(m25, tmp_path, count=3))
+    assert plan["ok"] is False and plan["stage"] == "full"
+    assert errors(plan) == ["TP x PP x DP = 2 x 1 x 1 = 2, but the inventory has 3 node(s) with 1 GPU(s) each = 3; "
+                            "profile minimax_m25_nvfp4_ep is for 2 node(s): add or remove nodes, or choose another profile"]
+
+
+def test_model_that_does_not_fit_names_node_and_shortfall(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path, meminfo="gb10-page-cache.txt")
+    inputs["overrides"] = {"gpu_memory_utilization": 0.9}  # 109.5 GiB requested, 108.2 GiB available
+    plan = planner.make_plan(inputs)
+    assert plan["ok"] is False
+    assert {e["host"] for e in plan["errors"]} == {"spark1", "spark2"}
+    assert "short by" in errors(plan)[0] and "Drop page caches" in errors(plan)[0]
+
+
+def test_same_fabric_ip_twice(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["nodes"]["spark2"]["fabric_ip"] = "192.168.100.10"
+    plan = planner.make_plan(inputs)
+    assert errors(plan) == ["spark1 and spark2 have the same spark_fabric_ip 192.168.100.10; each node needs its own"]
+
+
+@pytest.mark.parametrize("heads", [[], ["spark1", "spark2"]])
+def test_not_exactly_one_head(tmp_path, m25, heads):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["head_hosts"] = heads
+    plan = planner.make_plan(inputs)
+    assert "exactly one host in spark_head, found %d" % len(heads) in errors(plan)[0]
+
+
+def test_ray_client_address_is_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["extra_env"] = {"RAY_ADDRESS": "ray://192.168.100.10:10001"}
+    assert "Ray Client address" in errors(planner.make_plan(inputs))[0]
+
+
+def test_mp_with_an_image_without_nnodes(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path, backend="mp")
+    for key in ("--nnodes", "-n"):
+        inputs["image_info"]["options"].pop(key, None)
+    plan = planner.make_plan(inputs)
+    assert any("backend mp needs vLLM's --nnodes" in m for m in errors(plan))
+
+
+def test_missing_gid_facts_on_a_node_that_needs_roce(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["nodes"]["spark2"]["roce"] = {"roce_devices": [], "nccl_ib_hca": None, "nccl_gid_index": None}
+    plan = planner.make_plan(inputs)
+    assert errors(plan)[0].startswith("spark2 has no usable RoCE GID while spark1 have RoCE")
+    inputs["settings"]["nccl_transport"] = "socket"
+    plan = planner.make_plan(inputs)
+    assert plan["ok"] and plan["nodes"]["spark1"]["env_node"]["NCCL_IB_DISABLE"] == "1"
+
+
+def test_fabric_ip_not_on_a_roce_port(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["nodes"]["spark2"]["fabric_ip"] = "10.0.0.2"
+    assert "spark2: spark_fabric_ip 10.0.0.2 is not carried by any ACTIVE RoCE port (they carry 192.168.100.11, 192.168.101.11)" \
+        in errors(planner.make_plan(inputs))[0]
+
+
+def test_slow_fabric_interface_is_a_warning(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["nodes"]["spark2"]["fabric_interfaces"] = ["enP7s7"]
+    plan = planner.make_plan(inputs)
+    assert plan["ok"]
+    assert any(w.startswith("spark2: the fabric interface enP7s7 is not a ConnectX RoCE port") for w in plan["warnings"])
+
+
+def test_flag_the_image_lacks_is_refused_or_dropped(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["extra_flags"] = {"--swap-space": 4}
+    assert "does not accept --swap-space" in errors(planner.make_plan(inputs))[0]
+    inputs["profile"]["vllm"]["optional_flags"] = ["--swap-space"]
+    plan = planner.make_plan(inputs)
+    assert plan["ok"] and "--swap-space" not in plan["cluster"]["vllm_argv"]
+    assert any("does not accept --swap-space; dropped" in w for w in plan["warnings"])
+
+
+def test_flag_value_outside_its_choices(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["extra_flags"] = {"--kv-cache-dtype": "fp7"}
+    assert "--kv-cache-dtype fp7 is not one of auto, bfloat16" in errors(planner.make_plan(inputs))[0]
+
+
+def test_unknown_parser_is_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["profile"]["vllm"]["flags"]["--reasoning-parser"] = "minimax_m9"
+    assert "reasoning parser minimax_m9 is not in" in errors(planner.make_plan(inputs))[0]
+
+
+def test_inventory_stage_needs_no_probes(m25):
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": m25, "backend": "ray",
+              "nodes": {"a": {"fabric_ip": "10.0.0.1"}, "b": {"fabric_ip": "10.0.0.2"}}}
+    plan = planner.make_plan(inputs, stage="inventory")
+    assert plan["ok"] and "cluster" not in plan
+
+
+def test_render_shows_commands_memory_and_verdict(tmp_path, m25):
+    text = "\n".join(render.render(planner.make_plan(spark_inputs(m25, tmp_path))))
+    assert "spark2, container dgx-spark-ray-spark2: ray start --address 192.168.100.10:6379" in text
+    assert "inside dgx-spark-ray-spark1: vllm serve lukealonso/MiniMax-M2.5-NVFP4" in text
+    assert "Largest context that fits" in text and "Verdict: ready to apply" in text
+
+
+def test_unknown_profile_lists_the_available_ones():
+    with pytest.raises(profiles.ProfileError, match="unknown profile 'minimax_m9'; available: minimax_m25_nvfp4_ep"):
+        profiles.find("minimax_m9", [PROFILES])
+
+
+def test_malformed_profile_names_file_and_key(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("name: bad\nmodel: {id: x}\nparallel: {tensor: 0}\nvllm: {flagz: 1}\n")
+    with pytest.raises(profiles.ProfileError) as info:
+        profiles.load(str(bad))
+    assert "bad.yml: vllm: unknown key 'flagz'" in str(info.value)
+    assert "parallel.tensor must be at least 1" in str(info.value)
+
+
+GOLDEN_INVENTORY = {"minimax_m3_nvfp4_tp3": 3}
+
+
+@pytest.mark.parametrize("name", sorted(os.path.splitext(p)[0] for p in os.listdir(PROFILES) if p != "sim_tiny.yml"))
+def test_profile_golden(tmp_path, name):
+    """The planned argv and environment of every rank equal the reviewed golden file."""
+    plan = planner.make_plan(spark_inputs(profile(name), tmp_path, count=GOLDEN_INVENTORY.get(name, 2)))
+    assert plan["ok"], plan["errors"]
+    got = {node: {"containers": [{"name": c["name"], "command": c["command"]} for c in entry["containers"]],
+                  "serve_argv": entry.get("serve", {}).get("argv"), "env": entry["env"]}
+           for node, entry in plan["nodes"].items()}
+    path = os.path.join(GOLDEN, name + ".json")
+    if os.environ.get("UPDATE_GOLDEN"):
+        os.makedirs(GOLDEN, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(got, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+    with open(path, encoding="utf-8") as handle:
+        assert got == json.load(handle)
+
+
+def test_sim_tiny_profile_plans_on_the_simulated_shape(tmp_path):
+    sim = profile("sim_tiny")
+    inputs = spark_inputs(sim, tmp_path, settings={"network_mode": "container:{node}", "ipc_mode": "private", "shm_size": "2g",
+                                                   "devices": [], "gpus": None, "simulated": True, "state_dir": "/sim/{node}/state"})
+    inputs["settings"]["gpus"] = ""
+    inputs["model_config"] = {"num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
+                              "hidden_size": 128, "max_position_embeddings": 4096}
+    plan = planner.make_plan(copy.deepcopy(inputs))
+    assert plan["ok"], plan["errors"]
+    spec = plan["nodes"]["spark2"]["containers"][0]
+    assert spec["network_mode"] == "container:spark2"
+    assert spec["volumes"][0] == "/sim/spark2/state/dgx-spark:/dgx-spark"
+    assert plan["cluster"]["memory"]["nodes"]["spark1"]["kv_tokens"] == 2097152
