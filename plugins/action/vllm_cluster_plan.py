@@ -28,7 +28,7 @@ ARGUMENT_SPEC = dict(
     stage=dict(type="str", default="full", choices=["inventory", "full"]),
     head_group=dict(type="str", default="spark_head"),
     worker_group=dict(type="str", default="spark_workers"),
-    probe_fact=dict(type="str", default="dgx_spark_probe"),
+    probe_fact=dict(type="str", default="preflight_probe"),
     settings=dict(type="dict", default={}),
     overrides=dict(type="dict", default={}),
     extra_flags=dict(type="dict", default={}),
@@ -76,6 +76,7 @@ class ActionModule(ActionBase):
                 "memory": probe.get("memory"),
                 "roce": probe.get("roce"),
                 "image": probe.get("image"),
+                "image_id": probe.get("image_id"),
             }
         image_info = (nodes.get(heads[0], {}) if heads else {}).get("image")
         inputs = {
@@ -93,11 +94,13 @@ class ActionModule(ActionBase):
             "image_info": image_info,
         }
         plan = planner.make_plan(inputs, stage=args["stage"])
-        images = {h: (n.get("image") or {}).get("id") for h, n in nodes.items() if (n.get("image") or {}).get("id")}
+        images = {h: n["image_id"] for h, n in nodes.items() if n.get("image_id")}
+        missing = sorted(h for h, n in nodes.items() if not n.get("image_id"))
         if len(set(images.values())) > 1:
             plan["ok"] = False
             plan["errors"].append({"host": "all", "value": images, "message": "nodes run different images: %s; every node must run "
                                    "the same image ID (the image role distributes it)" % ", ".join("%s=%s" % (h, i[:19]) for h, i in sorted(images.items()))})
+        plan["image_missing_on"] = missing if args["stage"] == "full" else []
         result["plan"] = plan
         result["plan_text"] = render.render(plan)
         result["changed"] = False

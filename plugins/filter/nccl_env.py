@@ -8,6 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.nccl_env import NcclEnvError, nccl_env
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.ring import RingError, links_of
 
 
 def nccl_env_filter(roce, socket_ifname=None, strict=False, ring=False, subnet_prefix_len=24, roce_enabled=True, host=None):
@@ -18,8 +19,15 @@ def nccl_env_filter(roce, socket_ifname=None, strict=False, ring=False, subnet_p
         raise AnsibleFilterError(str(exc))
 
 
+def ring_links(links, host):
+    try:
+        return links_of(links, host)
+    except RingError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
 class FilterModule:
     """dgx_spark.vllm filters."""
 
     def filters(self):
-        return {"nccl_env": nccl_env_filter}
+        return {"nccl_env": nccl_env_filter, "ring_links": ring_links}

@@ -20,6 +20,7 @@ import json
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import flags as flag_utils
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import memory_plan
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.nccl_env import NcclEnvError, nccl_env
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.ring import RingError, prefix_len
 
 LABEL = "dgx_spark.vllm"
 STATE_MOUNT = "/dgx-spark"
@@ -56,6 +57,8 @@ DEFAULT_SETTINGS = {
 
 # Names vLLM's Ray executor must never copy from the driver over a worker's own value (fact 7).
 ALWAYS_NODE_LOCAL = ("VLLM_HOST_IP",)
+# Secrets stay in the head's driver process; Ray must not spread them to the workers.
+SECRETS = ("VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
 class Plan:
@@ -162,6 +165,12 @@ def node_environment(inputs, plan, use_roce):
     """Per-node environment (fact 6, 8): VLLM_HOST_IP and the NCCL/Gloo/UCX settings of that node."""
     settings = inputs["settings"]
     ring = settings.get("ring") or {}
+    if ring and not ring.get("subnet_prefix_len"):
+        try:
+            ring = dict(ring, subnet_prefix_len=prefix_len(ring.get("links")))
+        except (RingError, ValueError, KeyError, TypeError) as exc:
+            plan.error("all", ring, "spark_fabric_ring: %s" % exc)
+            ring = dict(ring, subnet_prefix_len=24)
     env_by_node = {}
     for name in inputs["order"]:
         node = inputs["nodes"][name]
@@ -333,7 +342,7 @@ def container_base(inputs, name, role, env):
         "devices": list(settings["devices"] or []),
         "capabilities": list(settings["capabilities"] or []),
         "ulimits": list(settings["ulimits"] or []),
-        "gpus": settings["gpus"],
+        "gpus": None if str(settings["gpus"]).lower() in ("none", "false", "") else settings["gpus"],
         "volumes": volumes,
         "init": True,
         "restart_policy": "no",  # fact 16: keep exited containers and their logs; no --rm
@@ -351,15 +360,23 @@ def make_plan(inputs, stage="full"):
     """Build the plan. ``stage="inventory"`` checks only what needs no probe facts."""
     inputs = copy.deepcopy(inputs)
     settings = dict(DEFAULT_SETTINGS)
-    settings.update({k: v for k, v in (inputs.get("settings") or {}).items() if v is not None})
+    settings.update({k: v for k, v in (inputs.get("settings") or {}).items() if v is not None and v != ""})
+    for key in ("port", "ray_port", "master_port", "gpus_per_node"):
+        settings[key] = int(settings[key])
+    for key in ("nccl_strict", "nccl_debug", "simulated"):
+        settings[key] = str(settings[key]).lower() in ("1", "true", "yes", "on")
     inputs["settings"] = settings
     plan = Plan()
     check_inventory(inputs, plan)
     parallel = parallel_sizes(inputs, plan)
     order = inputs.get("order", [])
     head = (inputs.get("head_hosts") or [None])[0]
+    vllm = inputs["profile"].get("vllm") or {}
+    overrides = inputs.get("overrides") or {}
     result = {"stage": stage, "profile": inputs["profile"]["name"], "backend": inputs.get("backend"), "head": head,
-              "nodes_order": order, "parallel": parallel}
+              "nodes_order": order, "parallel": parallel,
+              "model": {"id": inputs["profile"]["model"]["id"], "served_name": inputs["profile"]["model"].get("served_name")},
+              "gpu_memory_utilization": float(overrides.get("gpu_memory_utilization") or vllm.get("gpu_memory_utilization", 0.8))}
     if stage == "inventory" or plan.errors:
         result.update(ok=not plan.errors, errors=plan.errors, warnings=plan.warnings)
         return result
@@ -371,7 +388,7 @@ def make_plan(inputs, stage="full"):
     mem = memory(inputs, plan, parallel, utilization, max_len)
     head_ip = str(inputs["nodes"][head]["fabric_ip"])
     image = inputs.get("image_info") or {}
-    non_carry = sorted(set(k for env in node_env.values() for k in env) | set(ALWAYS_NODE_LOCAL))
+    non_carry = sorted(set(k for env in node_env.values() for k in env) | set(ALWAYS_NODE_LOCAL) | set(SECRETS))
     if not settings["image"]:
         plan.error("all", None, "no image: set vllm_image (a vLLM image with Ray), or let the image role build one")
 

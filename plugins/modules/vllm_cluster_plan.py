@@ -73,7 +73,7 @@ options:
   probe_fact:
     description: Name of the host fact holding each node's probe results.
     type: str
-    default: dgx_spark_probe
+    default: preflight_probe
   settings:
     description:
       - Cluster settings; keys C(cluster_name), C(image), C(port), C(public_url), C(state_dir), C(models_dir),

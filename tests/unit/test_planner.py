@@ -266,13 +266,13 @@ def test_profile_golden(tmp_path, name):
 def test_sim_tiny_profile_plans_on_the_simulated_shape(tmp_path):
     sim = profile("sim_tiny")
     inputs = spark_inputs(sim, tmp_path, settings={"network_mode": "container:{node}", "ipc_mode": "private", "shm_size": "2g",
-                                                   "devices": [], "gpus": None, "simulated": True, "state_dir": "/sim/{node}/state"})
-    inputs["settings"]["gpus"] = ""
+                                                   "devices": [], "gpus": "none", "simulated": True, "state_dir": "/sim/{node}/state"})
     inputs["model_config"] = {"num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
                               "hidden_size": 128, "max_position_embeddings": 4096}
     plan = planner.make_plan(copy.deepcopy(inputs))
     assert plan["ok"], plan["errors"]
     spec = plan["nodes"]["spark2"]["containers"][0]
     assert spec["network_mode"] == "container:spark2"
+    assert spec["gpus"] is None and spec["devices"] == []
     assert spec["volumes"][0] == "/sim/spark2/state/dgx-spark:/dgx-spark"
     assert plan["cluster"]["memory"]["nodes"]["spark1"]["kv_tokens"] == 2097152

@@ -1,0 +1,36 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters of the verify steps: environment parity and the NCCL transport, pure functions."""
+
+from __future__ import annotations
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import nccl_log, parity
+
+
+def env_parity(planned, actual, what="container"):
+    return parity.check(planned, actual, what)
+
+
+def docker_env(items):
+    return parity.parse_env_list(items)
+
+
+def environ_dump(text):
+    return parity.parse_environ_dump(text)
+
+
+def nccl_transport(text, expect_ib=True, strict=False):
+    return nccl_log.verdict(text, expect_ib=expect_ib, strict=strict)
+
+
+class FilterModule:
+    """dgx_spark.vllm verification filters."""
+
+    def filters(self):
+        return {
+            "env_parity": env_parity,
+            "docker_env": docker_env,
+            "environ_dump": environ_dump,
+            "nccl_transport": nccl_transport,
+        }

@@ -1,0 +1,198 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_process
+short_description: Run vLLM detached inside a container, in its own process group, idempotently
+version_added: 0.1.0
+description:
+  - Starts a command (C(vllm serve ...)) inside a running container with C(docker exec), under C(setsid), so its
+    PID is the process group of vLLM and everything it spawns; its output goes to a log file in the container.
+  - Keeps the process group, the O(config_hash) and the command in a state file. A second run with the same hash
+    and a live process changes nothing; a different hash restarts it.
+  - Stops by signalling the whole process group (TERM, then KILL after O(stop_timeout)). Killing only the API
+    server would leave C(VLLM::EngineCore) and its workers alive, holding the weights (on a GB10, memory gone
+    until they die).
+author:
+  - dgx_spark.vllm developers (@dgx-spark)
+extends_documentation_fragment:
+  - dgx_spark.vllm.attributes
+  - dgx_spark.vllm.attributes.ACTIONGROUP_VLLM
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+options:
+  container:
+    description: The running container to run vLLM in (the head's Ray container with the C(ray) backend).
+    type: str
+    required: true
+  argv:
+    description: The command and its arguments. Required with O(state=started) and O(state=restarted).
+    type: list
+    elements: str
+  config_hash:
+    description: Hash of the configuration; a running process with another hash is restarted.
+    type: str
+  state:
+    description: C(started), C(stopped) or C(restarted).
+    type: str
+    default: started
+    choices: [started, stopped, restarted]
+  state_file:
+    description: Path of the state file inside the container.
+    type: str
+    default: /dgx-spark/run/vllm.json
+  log_file:
+    description: Path of the log file inside the container (appended to).
+    type: str
+    default: /dgx-spark/logs/vllm.log
+  stop_timeout:
+    description: Seconds between TERM and KILL.
+    type: int
+    default: 60
+  docker:
+    description: Docker CLI.
+    type: str
+    default: docker
+"""
+
+EXAMPLES = r"""
+- name: Serve inside the head's Ray container
+  dgx_spark.vllm.vllm_process:
+    container: dgx-spark-ray-spark1
+    argv: [/dgx-spark/bin/vllm-serve, lukealonso/MiniMax-M2.5-NVFP4, --tensor-parallel-size, "2", --distributed-executor-backend, ray]
+    config_hash: 3f2a9c0d1e4b5a67
+
+- name: Stop it, engine and workers included
+  dgx_spark.vllm.vllm_process:
+    container: dgx-spark-ray-spark1
+    state: stopped
+"""
+
+RETURN = r"""
+pgid:
+  description: Process group of the running vLLM (null when stopped).
+  returned: always
+  type: int
+action:
+  description: What was done, C(none), C(start), C(restart) or C(stop).
+  returned: always
+  type: str
+killed:
+  description: True when the process group did not stop on TERM within O(stop_timeout) and was killed.
+  returned: always
+  type: bool
+"""
+
+import json
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
+
+
+class Process:
+    """The vLLM process group in one container."""
+
+    def __init__(self, module):
+        self.module = module
+        self.docker = module.params["docker"]
+        self.container = module.params["container"]
+        self.state_file = module.params["state_file"]
+
+    def read_state(self):
+        rc, out, err = run(self.module, pg.read_argv(self.docker, self.container, self.state_file))
+        if rc != 0 and "No such container" in err:
+            self.module.fail_json(msg="container %s does not exist; start the Ray cluster first (playbooks/serve.yml)" % self.container)
+        if rc != 0 and "is not running" in err:
+            self.module.fail_json(msg="container %s is not running; start the Ray cluster first (playbooks/serve.yml)" % self.container)
+        return pg.parse_state(out) if rc == 0 else None
+
+    def alive(self, pgid):
+        rc, out, err = run(self.module, pg.alive_argv(self.docker, self.container, pgid))
+        return rc == 0
+
+    def stop(self, state):
+        pgid = state["pgid"]
+        killed = False
+        run(self.module, pg.signal_argv(self.docker, self.container, pgid, "TERM"))
+        deadline = time.monotonic() + self.module.params["stop_timeout"]
+        while self.alive(pgid) and time.monotonic() < deadline:
+            time.sleep(1)
+        if self.alive(pgid):
+            run(self.module, pg.signal_argv(self.docker, self.container, pgid, "KILL"))
+            killed = True
+            time.sleep(1)
+        run(self.module, pg.remove_argv(self.docker, self.container, self.state_file))
+        return killed
+
+    def start(self, argv, config_hash):
+        pid_file = self.state_file + ".pid"
+        run(self.module, pg.remove_argv(self.docker, self.container, pid_file))
+        rc, out, err = run(self.module, pg.launch_argv(self.docker, self.container, argv, pid_file, self.module.params["log_file"]))
+        if rc != 0:
+            self.module.fail_json(msg="could not start vLLM in %s: %s" % (self.container, (err or out).strip()))
+        pgid = None
+        for dummy in range(50):
+            rc, out, err = run(self.module, pg.read_argv(self.docker, self.container, pid_file))
+            if rc == 0 and out.strip().isdigit():
+                pgid = int(out.strip())
+                break
+            time.sleep(0.2)
+        if pgid is None:
+            self.module.fail_json(msg="vLLM did not start in %s (no pid file %s); see %s there"
+                                  % (self.container, pid_file, self.module.params["log_file"]))
+        state = {"pgid": pgid, "config_hash": config_hash, "argv": argv, "started_at": time.time()}
+        rc, out, err = run(self.module, pg.write_argv(self.docker, self.container, self.state_file), data=json.dumps(state))
+        if rc != 0:
+            self.module.fail_json(msg="could not write %s in %s: %s" % (self.state_file, self.container, (err or out).strip()))
+        return pgid
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            container=dict(type="str", required=True),
+            argv=dict(type="list", elements="str"),
+            config_hash=dict(type="str"),
+            state=dict(type="str", default="started", choices=["started", "stopped", "restarted"]),
+            state_file=dict(type="str", default="/dgx-spark/run/vllm.json"),
+            log_file=dict(type="str", default="/dgx-spark/logs/vllm.log"),
+            stop_timeout=dict(type="int", default=60),
+            docker=dict(type="str", default="docker"),
+        ),
+        required_if=[("state", "started", ["argv"]), ("state", "restarted", ["argv"])],
+        supports_check_mode=True,
+    )
+    proc = Process(module)
+    state = proc.read_state()
+    running = bool(state) and proc.alive(state["pgid"])
+    wanted = module.params["state"]
+    action = pg.decide(state, running, module.params["config_hash"], wanted)
+    before = {"running": running, "config_hash": (state or {}).get("config_hash")}
+    after = {"running": wanted != "stopped",
+             "config_hash": module.params["config_hash"] if wanted != "stopped" else None}
+    if action == "none":
+        after = before
+    result = dict(changed=action != "none", action=action, killed=False, pgid=(state or {}).get("pgid") if running else None,
+                  diff=dict(before=before, after=after))
+    if module.check_mode or action == "none":
+        module.exit_json(**result)
+    if action in ("stop", "restart") and state:
+        result["killed"] = proc.stop(state)
+        result["pgid"] = None
+    if action in ("start", "restart"):
+        result["pgid"] = proc.start(module.params["argv"], module.params["config_hash"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
