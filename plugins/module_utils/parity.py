@@ -11,7 +11,9 @@ baked into a worker's image silently wins. Both show up here as a mismatch.
 
 from __future__ import annotations
 
-WATCHED_PREFIXES = ("VLLM_", "NCCL_", "UCX_", "GLOO_", "TP_SOCKET", "RAY_", "PYTORCH_CUDA")
+WATCHED_PREFIXES = ("VLLM_", "NCCL_", "UCX_", "GLOO_", "TP_SOCKET", "PYTORCH_CUDA")
+# Set by vLLM itself per process (vllm/v1/executor/ray_utils.py WORKER_SPECIFIC_ENV_VARS, the CPU worker).
+PER_PROCESS = ("VLLM_HOST_PORT", "VLLM_DIST_IDENT", "VLLM_WORKER_MULTIPROC_METHOD")
 
 
 def parse_env_list(items):
@@ -72,7 +74,7 @@ def check(planned, actual, what="container"):
         planned_keys = set((planned.get(node) or {}).get("env_common") or {}) | set((planned.get(node) or {}).get("env_node") or {})
         for env in actual[node] or []:
             for key, value in env.items():
-                if key.startswith(WATCHED_PREFIXES) and key not in planned_keys:
+                if key.startswith(WATCHED_PREFIXES) and key not in planned_keys and key not in PER_PROCESS:
                     seen.setdefault(key, {})[node] = value
     for key, values in sorted(seen.items()):
         if len(set(values.values())) > 1 or set(values) != set(actual):
