@@ -184,9 +184,9 @@ def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtyp
     if len(availables) > 1 and max(availables) - min(availables) > balance_tolerance_bytes:
         low = min(per_node, key=lambda n: per_node[n]["mem_available_bytes"])
         high = max(per_node, key=lambda n: per_node[n]["mem_available_bytes"])
+        figures = (low, per_node[low]["mem_available_bytes"] / GIB, high, per_node[high]["mem_available_bytes"] / GIB, low)
         warnings.append("free memory is unbalanced: %s has %.1f GiB available, %s %.1f GiB; the slow rank times out. "
-                        "Drop caches or free memory on %s" % (low, per_node[low]["mem_available_bytes"] / GIB, high,
-                                                             per_node[high]["mem_available_bytes"] / GIB, low))
+                        "Drop caches or free memory on %s" % figures)
 
     tokens_all = [e["kv_tokens"] for e in per_node.values()] or [0]
     max_context = min(tokens_all)

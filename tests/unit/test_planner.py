@@ -53,8 +53,8 @@ def test_ray_plan_for_two_sparks(tmp_path, m25):
     assert head["env_common"] == worker["env_common"]
     assert head["env_common"]["VLLM_NVFP4_GEMM_BACKEND"] == "marlin"
     assert head["env_common"]["RAY_memory_monitor_refresh_ms"] == "0"
-    assert set(plan["cluster"]["non_carry_over_env_vars"]) >= {"VLLM_HOST_IP", "NCCL_IB_GID_INDEX", "NCCL_IB_HCA",
-                                                                 "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}
+    per_node = {"VLLM_HOST_IP", "NCCL_IB_GID_INDEX", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "VLLM_API_KEY"}
+    assert set(plan["cluster"]["non_carry_over_env_vars"]) >= per_node
     # fact 1: vllm serve runs inside the head's Ray container, never as a ray:// client
     serve = head["serve"]
     assert serve["container"] == head["containers"][0]["name"] == "dgx-spark-ray-spark1"
