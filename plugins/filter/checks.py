@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import nccl_log, parity
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import nccl_log, parity, status
 
 
 def env_parity(planned, actual, what="container"):
@@ -24,6 +24,14 @@ def nccl_transport(text, expect_ib=True, strict=False):
     return nccl_log.verdict(text, expect_ib=expect_ib, strict=strict)
 
 
+def status_report(nodes, ray=None, endpoint=None):
+    return status.report(nodes, ray, endpoint)
+
+
+def status_node(pair):
+    return status.node(pair)
+
+
 class FilterModule:
     """dgx_spark.vllm verification filters."""
 
@@ -33,4 +41,6 @@ class FilterModule:
             "docker_env": docker_env,
             "environ_dump": environ_dump,
             "nccl_transport": nccl_transport,
+            "status_report": status_report,
+            "status_node": status_node,
         }

@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""status.yml's report: which node runs what, which is missing from Ray, whether the endpoint serves."""
+
+from __future__ import annotations
+
+
+def report(nodes, ray=None, endpoint=None):
+    """``nodes``: {name: {"fabric_ip", "reachable", "containers": [docker ps JSON rows]}}; ``ray``: the
+    ray_cluster_info result (or None when there is no Ray container); ``endpoint``: vllm_endpoint_info's
+    ``endpoint``. Returns {"healthy": bool, "lines": [...], "unhealthy_nodes": [...]}."""
+    ray = ray or {}
+    state = ray.get("ray") or {}
+    alive = set(state.get("alive_ips") or [])
+    lines, bad = [], []
+    for name in sorted(nodes):
+        node = nodes[name] or {}
+        ip = node.get("fabric_ip")
+        if not node.get("reachable", True):
+            lines.append("%s (%s): unreachable (Docker did not answer)" % (name, ip))
+            bad.append(name)
+            continue
+        containers = node.get("containers") or []
+        parts = ["%s %s (%s)" % (c.get("Names"), c.get("State"), c.get("Status")) for c in containers] or ["no container of this cluster"]
+        problems = [c.get("Names") for c in containers if c.get("State") != "running"]
+        if not containers:
+            problems.append("nothing runs")
+        if state and ip not in alive:
+            problems.append("missing from the Ray cluster")
+        line = "%s (%s): %s" % (name, ip, "; ".join(parts))
+        if problems:
+            line += " -- NOT OK: %s" % ", ".join(problems)
+            bad.append(name)
+        lines.append(line)
+    if ray and not state:
+        lines.append("Ray: %s" % (ray.get("msg") or "not readable"))
+    elif state:
+        lines.append("Ray: %d node(s) alive, %g GPU(s)%s" % (state.get("alive_count", 0), state.get("gpu_total", 0),
+                                                          ("; missing " + ", ".join(state.get("missing_ips"))) if state.get("missing_ips") else ""))
+    endpoint = endpoint or {}
+    if endpoint.get("ready"):
+        lines.append("Endpoint: serving %s (first token in %ss)" % (", ".join(endpoint.get("models") or []), endpoint.get("first_token_seconds")))
+    else:
+        lines.append("Endpoint: NOT serving (%s)" % "; ".join(endpoint.get("errors") or ["no answer"]))
+    healthy = not bad and bool(endpoint.get("ready")) and not (ray and not state) and not state.get("missing_ips")
+    lines.append("Healthy" if healthy else "NOT healthy: run playbooks/serve.yml to restore service%s" % (
+        (" (" + ", ".join(bad) + ")") if bad else ""))
+    return {"healthy": healthy, "lines": lines, "unhealthy_nodes": bad}
+
+
+def node(pair):
+    """(fabric_ip, the registered ``docker ps --format json`` result) to report()'s node entry."""
+    ip, listed = pair
+    listed = listed or {}
+    reachable = not listed.get("unreachable") and listed.get("rc", 1) == 0
+    rows = []
+    for line in listed.get("stdout_lines") or []:
+        try:
+            import json
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return {"fabric_ip": ip, "reachable": reachable, "containers": rows}
