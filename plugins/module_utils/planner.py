@@ -49,6 +49,7 @@ DEFAULT_SETTINGS = {
     "nccl_debug": True,
     "ring": None,               # {"subnet_prefix_len": 24} for a switchless ring
     "simulated": False,
+    "offline": False,           # plan without probe facts (plan.yml -e dgx_spark_offline=true): placeholders
     "gpus_per_node": 1,
     "ray_port": RAY_PORT,
     "master_port": MASTER_PORT,
@@ -147,7 +148,7 @@ def transport(inputs, plan):
             continue
         (with_roce if roce.get("nccl_ib_hca") else without).append(name)
     if not with_roce and not without:
-        return mode == "roce"
+        return mode == "roce" or settings["offline"]
     if mode == "roce" and without:
         for name in without:
             plan.error(name, None, "%s has no ACTIVE RoCE port with an IPv4 RoCE v2 GID, and vllm_nccl_transport is roce; "
@@ -178,6 +179,8 @@ def node_environment(inputs, plan, use_roce):
         interfaces = node.get("fabric_interfaces") or []
         ifname = interfaces[0] if interfaces else None
         env = {"VLLM_HOST_IP": str(node.get("fabric_ip"))}
+        if settings["offline"] and not node.get("roce"):
+            roce = {"nccl_ib_hca": "<ACTIVE RoCE ports, probed on %s>" % name, "nccl_gid_index": "<probed on %s>" % name}
         try:
             env.update(nccl_env(roce, socket_ifname=ifname, strict=settings["nccl_strict"], ring=bool(ring),
                                 subnet_prefix_len=ring.get("subnet_prefix_len", 24), roce_enabled=use_roce, host=name))
@@ -185,7 +188,7 @@ def node_environment(inputs, plan, use_roce):
             plan.error(name, ifname, str(exc))
         env_by_node[name] = env
         ports = roce.get("roce_devices") or []
-        if use_roce and ports and node.get("fabric_ip"):
+        if use_roce and ports and node.get("fabric_ip") and not ring:
             carrying = [p for p in ports if p.get("state") == "ACTIVE" and str(node["fabric_ip"]) in (p.get("ipv4_addresses") or [])]
             if not carrying:
                 addresses = sorted({a for p in ports if p.get("state") == "ACTIVE" for a in (p.get("ipv4_addresses") or [])})
@@ -193,11 +196,15 @@ def node_environment(inputs, plan, use_roce):
                            "set spark_fabric_ip to the ConnectX address, or fix the link's address"
                            % (name, node["fabric_ip"], ", ".join(addresses) or "no IPv4 address"))
         fast = {p.get("netdev") for p in ports if p.get("netdev")} | {n for p in ports for n in (p.get("netdevs") or [])}
-        chosen = ifname or (env.get("GLOO_SOCKET_IFNAME"))
-        if chosen and ports is not None and chosen not in fast:
-            note = " (expected on the simulated cluster)" if settings["simulated"] else ""
-            plan.warn("%s: the fabric interface %s is not a ConnectX RoCE port; NCCL traffic on a slow NIC gave 6 tok/s "
-                      "in the field%s" % (name, chosen, note))
+        chosen = ifname or env.get("GLOO_SOCKET_IFNAME")
+        if chosen and node.get("roce") is not None and chosen not in fast:
+            if ring:
+                plan.warn("%s: sockets and NCCL bootstrap use %s, not a ConnectX port (expected in a switchless ring: "
+                          "non-adjacent nodes share no link); NCCL data goes over RoCE with subnet-aware routing" % (name, chosen))
+            else:
+                note = " (expected on the simulated cluster)" if settings["simulated"] else ""
+                plan.warn("%s: the fabric interface %s is not a ConnectX RoCE port; NCCL traffic on a slow NIC gave 6 tok/s "
+                          "in the field%s" % (name, chosen, note))
     return env_by_node
 
 
@@ -363,12 +370,15 @@ def make_plan(inputs, stage="full"):
     settings.update({k: v for k, v in (inputs.get("settings") or {}).items() if v is not None and v != ""})
     for key in ("port", "ray_port", "master_port", "gpus_per_node"):
         settings[key] = int(settings[key])
-    for key in ("nccl_strict", "nccl_debug", "simulated"):
+    for key in ("nccl_strict", "nccl_debug", "simulated", "offline"):
         settings[key] = str(settings[key]).lower() in ("1", "true", "yes", "on")
     inputs["settings"] = settings
     plan = Plan()
     check_inventory(inputs, plan)
     parallel = parallel_sizes(inputs, plan)
+    if settings["offline"]:
+        plan.warn("offline plan: no node was probed; RoCE ports, GID indexes, memory and the image's flags are "
+                  "placeholders or unchecked. Run plan.yml with the nodes reachable for the real plan")
     order = inputs.get("order", [])
     head = (inputs.get("head_hosts") or [None])[0]
     vllm = inputs["profile"].get("vllm") or {}
