@@ -40,10 +40,13 @@ options:
     description: Hash of the configuration; a running process with another hash is restarted.
     type: str
   state:
-    description: C(started), C(stopped) or C(restarted).
+    description:
+      - C(started), C(stopped) or C(restarted).
+      - C(probed) changes nothing and reports RV(running), RV(healthy) and, when the process died, RV(log_tail);
+        a wait loop (C(until)) on it stops as soon as vLLM dies instead of restarting it.
     type: str
     default: started
-    choices: [started, stopped, restarted]
+    choices: [started, stopped, restarted, probed]
   state_file:
     description: Path of the state file inside the container.
     type: str
@@ -60,6 +63,16 @@ options:
     description: Docker CLI.
     type: str
     default: docker
+  health_url:
+    description:
+      - With O(state=started), also ask this URL (from the node; C(http://127.0.0.1:8000/health)) and return
+        RV(healthy). Combined with C(until), this waits for the model to load and stops at once when vLLM dies,
+        returning the end of its log.
+    type: str
+  log_lines:
+    description: Lines of the log returned in RV(log_tail) when the process is not running.
+    type: int
+    default: 40
 """
 
 EXAMPLES = r"""
@@ -88,12 +101,26 @@ killed:
   description: True when the process group did not stop on TERM within O(stop_timeout) and was killed.
   returned: always
   type: bool
+running:
+  description: True when the process group is alive after the action.
+  returned: always
+  type: bool
+healthy:
+  description: True when O(health_url) answered 200.
+  returned: when O(health_url) is set
+  type: bool
+log_tail:
+  description: The end of the log when the process is not running (why it died).
+  returned: when the process is not running
+  type: list
+  elements: str
 """
 
 import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
@@ -107,6 +134,17 @@ class Process:
         self.docker = module.params["docker"]
         self.container = module.params["container"]
         self.state_file = module.params["state_file"]
+
+    def tail(self):
+        rc, out, err = run(self.module, pg.exec_argv(self.docker, self.container,
+                                                     ["tail", "-n", str(self.module.params["log_lines"]), self.module.params["log_file"]]))
+        return out.splitlines() if rc == 0 else [(err or out).strip()]
+
+    def healthy(self, url):
+        try:
+            return open_url(url, method="GET", timeout=5).getcode() == 200
+        except Exception:  # pylint: disable=broad-except
+            return False
 
     def read_state(self):
         rc, out, err = run(self.module, pg.read_argv(self.docker, self.container, self.state_file))
@@ -163,11 +201,13 @@ def main():
             container=dict(type="str", required=True),
             argv=dict(type="list", elements="str"),
             config_hash=dict(type="str"),
-            state=dict(type="str", default="started", choices=["started", "stopped", "restarted"]),
+            state=dict(type="str", default="started", choices=["started", "stopped", "restarted", "probed"]),
             state_file=dict(type="str", default="/dgx-spark/run/vllm.json"),
             log_file=dict(type="str", default="/dgx-spark/logs/vllm.log"),
             stop_timeout=dict(type="int", default=60),
             docker=dict(type="str", default="docker"),
+            health_url=dict(type="str"),
+            log_lines=dict(type="int", default=40),
         ),
         required_if=[("state", "started", ["argv"]), ("state", "restarted", ["argv"])],
         supports_check_mode=True,
@@ -176,6 +216,9 @@ def main():
     state = proc.read_state()
     running = bool(state) and proc.alive(state["pgid"])
     wanted = module.params["state"]
+    if wanted == "probed":
+        finish(module, proc, dict(changed=False, action="none", killed=False, pgid=(state or {}).get("pgid") if running else None),
+               running)
     action = pg.decide(state, running, module.params["config_hash"], wanted)
     before = {"running": running, "config_hash": (state or {}).get("config_hash")}
     after = {"running": wanted != "stopped",
@@ -185,12 +228,21 @@ def main():
     result = dict(changed=action != "none", action=action, killed=False, pgid=(state or {}).get("pgid") if running else None,
                   diff=dict(before=before, after=after))
     if module.check_mode or action == "none":
-        module.exit_json(**result)
+        finish(module, proc, result, running and wanted != "stopped")
     if action in ("stop", "restart") and state:
         result["killed"] = proc.stop(state)
         result["pgid"] = None
     if action in ("start", "restart"):
         result["pgid"] = proc.start(module.params["argv"], module.params["config_hash"])
+    finish(module, proc, result, action in ("start", "restart"))
+
+
+def finish(module, proc, result, running):
+    result["running"] = running
+    if module.params["health_url"] and module.params["state"] != "stopped":
+        result["healthy"] = running and proc.healthy(module.params["health_url"])
+    if not running and module.params["state"] != "stopped":
+        result["log_tail"] = proc.tail()
     module.exit_json(**result)
 
 
