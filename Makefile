@@ -44,7 +44,7 @@ molecule: setup
 	$(PYTEST) tests/integration
 
 bench: setup
-	@bash scripts/bench.sh
+	@bash scripts/bench.sh $(BENCH)
 
 clean:
 	rm -rf build tests/output .pytest_cache dgx_spark-vllm-*.tar.gz

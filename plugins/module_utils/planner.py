@@ -311,6 +311,11 @@ def memory(inputs, plan, parallel, utilization, max_len):
         else:
             plan.error("all", tp, "%s of %s; vLLM would fail inside the engine. Choose a TP that divides them "
                        "(another node count) or an image that shards heads unevenly" % (reason, profile["model"]["id"]))
+    model_max = memory_plan._int(memory_plan.text_config(config), "max_position_embeddings", "max_sequence_length")
+    allow_long = str((inputs["profile"].get("env") or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")) == "1"
+    if max_len and model_max and max_len > model_max and not allow_long:
+        plan.error("all", max_len, "max_model_len %d exceeds the model's %d tokens (max_position_embeddings of %s); vLLM "
+                   "refuses it. Lower vllm_max_model_len to %d or less" % (max_len, model_max, profile["model"]["id"], model_max))
     nodes = {name: inputs["nodes"][name].get("memory") for name in inputs["order"] if inputs["nodes"][name].get("memory")}
     mem = profile.get("memory") or {}
     weights = inputs.get("weights_bytes") or profile["model"].get("weights_bytes") or 0
@@ -387,6 +392,10 @@ def make_plan(inputs, stage="full"):
               "nodes_order": order, "parallel": parallel,
               "model": {"id": inputs["profile"]["model"]["id"], "served_name": inputs["profile"]["model"].get("served_name")},
               "gpu_memory_utilization": float(overrides.get("gpu_memory_utilization") or vllm.get("gpu_memory_utilization", 0.8))}
+    utilization = result["gpu_memory_utilization"]
+    if not 0 < utilization <= 1:
+        plan.error("all", utilization, "gpu_memory_utilization must be in (0, 1], got %g; vLLM requests that share of "
+                   "each node's memory" % utilization)
     if stage == "inventory" or plan.errors:
         result.update(ok=not plan.errors, errors=plan.errors, warnings=plan.warnings)
         return result

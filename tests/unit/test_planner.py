@@ -276,3 +276,42 @@ def test_sim_tiny_profile_plans_on_the_simulated_shape(tmp_path):
     assert spec["gpus"] is None and spec["devices"] == []
     assert spec["volumes"][0] == "/sim/spark2/state/dgx-spark:/dgx-spark"
     assert plan["cluster"]["memory"]["nodes"]["spark1"]["kv_tokens"] == 2097152
+
+
+def test_utilization_outside_zero_one_is_refused_before_probing(m25):
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": m25, "backend": "ray", "overrides": {"gpu_memory_utilization": 1.5},
+              "nodes": {"a": {"fabric_ip": "10.0.0.1"}, "b": {"fabric_ip": "10.0.0.2"}}}
+    plan = planner.make_plan(inputs, stage="inventory")
+    assert errors(plan) == ["gpu_memory_utilization must be in (0, 1], got 1.5; vLLM requests that share of each node's memory"]
+
+
+def test_context_longer_than_the_model_is_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["overrides"] = {"max_model_len": 300000}
+    inputs["profile"]["env"].pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
+    assert "max_model_len 300000 exceeds the model's 196608 tokens" in errors(planner.make_plan(inputs))[0]
+
+
+def test_ring_plan_adds_subnet_aware_routing_with_the_links_prefix(tmp_path):
+    m3 = profile("minimax_m3_nvfp4_tp3")
+    inputs = spark_inputs(m3, tmp_path, count=3, settings={"ring": {"links": [
+        {"subnet": "192.168.10.0/30", "a": "spark1", "a_if": "enp1s0f0np0", "b": "spark2", "b_if": "enp1s0f1np1"},
+        {"subnet": "192.168.20.0/30", "a": "spark2", "a_if": "enp1s0f0np0", "b": "spark3", "b_if": "enp1s0f1np1"},
+        {"subnet": "192.168.30.0/30", "a": "spark3", "a_if": "enp1s0f0np0", "b": "spark1", "b_if": "enp1s0f1np1"}]}})
+    plan = planner.make_plan(inputs)
+    assert plan["ok"], plan["errors"]
+    for node in plan["nodes"].values():
+        assert node["env_node"]["NCCL_IB_SUBNET_AWARE_ROUTING"] == "1"
+        assert node["env_node"]["NCCL_IB_SUBNET_PREFIX_LEN"] == "30"
+        assert node["env_node"]["NCCL_ALGO"] == "Ring"
+
+
+def test_offline_plan_has_placeholders_and_says_so(m25):
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": m25, "backend": "ray",
+              "settings": {"image": "x", "offline": True},
+              "nodes": {"a": {"fabric_ip": "10.0.0.1", "fabric_interfaces": ["enp1s0f1np1"]},
+                        "b": {"fabric_ip": "10.0.0.2", "fabric_interfaces": ["enp1s0f1np1"]}}}
+    plan = planner.make_plan(inputs)
+    assert plan["ok"], plan["errors"]
+    assert plan["nodes"]["b"]["env_node"]["NCCL_IB_HCA"] == "<ACTIVE RoCE ports, probed on b>"
+    assert plan["warnings"][0].startswith("offline plan: no node was probed")

@@ -1,0 +1,165 @@
+"""Faults and bad input on the simulated cluster: each gets a clear error before anything changes,
+and the next serve.yml recovers. Runs against inventories/sim; leaves the cluster torn down."""
+
+import json
+import os
+import threading
+import time
+import urllib.request
+
+import docker
+import pytest
+
+from runner import ROOT, run
+
+pytestmark = pytest.mark.slow
+
+SIM = os.path.join(ROOT, "inventories", "sim")
+HEAD_RAY = "dgx-spark-ray-sim-head"
+WORKER_RAY = "dgx-spark-ray-sim-worker1"
+
+
+def playbook(name, *extra, log=None, check=False):
+    return run(log or name, ["ansible-playbook", "playbooks/%s.yml" % name] + list(extra), check=check, timeout=1800)
+
+
+def recap(output):
+    """{host: {"changed": n, "failed": n, "unreachable": n}} from a PLAY RECAP."""
+    hosts = {}
+    for line in output.split("PLAY RECAP")[-1].splitlines():
+        parts = line.split()
+        if len(parts) > 3 and parts[1] == ":":
+            hosts[parts[0]] = {k: int(v) for k, v in (p.split("=") for p in parts[2:] if "=" in p)}
+    return hosts
+
+
+def our_containers(client):
+    return sorted(c.name for c in client.containers.list(all=True, filters={"label": "dgx_spark.vllm.managed=true"}))
+
+
+def chat():
+    with open(os.path.join(SIM, ".secrets", "vllm_api_key"), encoding="utf-8") as handle:
+        key = handle.read().strip()
+    body = json.dumps({"model": "sim-tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}).encode()
+    request = urllib.request.Request("http://127.0.0.1:8000/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return response.status
+
+
+@pytest.fixture(scope="module", name="client")
+def fixture_cluster():
+    client = docker.from_env()
+    run("faults-sim-up", ["ansible-playbook", "playbooks/sim.yml"], timeout=1800)
+    rc, out = playbook("serve", log="faults-serve-first")
+    yield client
+    playbook("teardown", log="faults-teardown")
+    run("faults-sim-down", ["ansible-playbook", "playbooks/sim.yml", "-e", "sim_state=absent"], check=False)
+
+
+def test_second_run_changes_nothing_and_does_not_interrupt_serving(client):
+    errors, done = [], threading.Event()
+
+    def loop():
+        while not done.is_set():
+            try:
+                assert chat() == 200
+            except Exception as exc:  # noqa: BLE001 - every failure counts
+                errors.append(repr(exc))
+            time.sleep(0.2)
+
+    worker = threading.Thread(target=loop)
+    worker.start()
+    try:
+        rc, out = playbook("serve", log="faults-serve-idempotent")
+    finally:
+        done.set()
+        worker.join()
+    assert all(h["changed"] == 0 and h["failed"] == 0 for h in recap(out).values()), recap(out)
+    assert errors == []
+
+
+def test_killed_worker_is_named_by_status_and_restored_by_serve(client):
+    client.containers.get(WORKER_RAY).kill()
+    rc, out = playbook("status", log="faults-status-broken")
+    assert rc != 0
+    assert "sim-worker1 (10.210.0.11): dgx-spark-ray-sim-worker1 exited" in out and "NOT OK" in out
+    rc, out = playbook("serve", log="faults-serve-restore", check=True)
+    assert chat() == 200
+    rc, out = playbook("status", log="faults-status-healthy", check=True)
+    assert "Healthy" in out
+
+
+def test_hand_made_worker_missing_a_kernel_variable_is_refused(client):
+    original = client.containers.get(WORKER_RAY)
+    attrs = original.attrs
+    env = [e for e in attrs["Config"]["Env"] if not e.startswith("VLLM_CPU_KVCACHE_SPACE=")]
+    original.remove(force=True)
+    client.containers.run(attrs["Config"]["Image"], attrs["Config"]["Cmd"], name=WORKER_RAY, environment=env,
+                          labels=attrs["Config"]["Labels"], network_mode=attrs["HostConfig"]["NetworkMode"],
+                          volumes=attrs["HostConfig"]["Binds"], shm_size="2g", init=True, detach=True)
+    rc, out = playbook("serve", log="faults-serve-parity")
+    assert rc != 0
+    assert "Environment parity failed; vLLM is not launched" in out
+    assert "sim-worker1: VLLM_CPU_KVCACHE_SPACE is missing in the container, planned '1' (common value)" in out
+    client.containers.get(WORKER_RAY).remove(force=True)
+    playbook("serve", log="faults-serve-after-parity", check=True)
+    assert chat() == 200
+
+
+def test_foreign_program_on_the_endpoint_port_is_refused(client):
+    playbook("teardown", log="faults-teardown-for-port", check=True)
+    node = client.containers.get("sim-head")
+    node.exec_run(["python3", "-m", "http.server", "8000", "--bind", "0.0.0.0"], detach=True)
+    time.sleep(1)
+    try:
+        rc, out = playbook("serve", log="faults-serve-port")
+        assert rc != 0
+        assert "sim-head: port(s) 8000 are held by a program this collection did not start" in out
+        assert our_containers(client) == []  # nothing half-started
+    finally:
+        node.exec_run(["pkill", "-f", "http.server 8000"])
+    playbook("serve", log="faults-serve-after-port", check=True)
+    assert chat() == 200
+
+
+def test_head_killed_during_launch_fails_at_once_and_the_next_run_recovers(client):
+    playbook("teardown", log="faults-teardown-for-kill", check=True)
+    result = {}
+
+    def serve():
+        result["rc"], result["out"] = playbook("serve", log="faults-serve-kill")
+
+    runner = threading.Thread(target=serve)
+    started = time.monotonic()
+    runner.start()
+    for dummy in range(300):
+        try:
+            if client.containers.get(HEAD_RAY).exec_run(["test", "-f", "/dgx-spark/run/vllm.json"]).exit_code == 0:
+                break
+        except docker.errors.NotFound:
+            pass
+        time.sleep(0.5)
+    client.containers.get(HEAD_RAY).kill()
+    runner.join()
+    assert result["rc"] != 0
+    assert "vLLM exited while loading on sim-head" in result["out"]
+    assert time.monotonic() - started < 300
+    playbook("serve", log="faults-serve-after-kill", check=True)
+    assert chat() == 200
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["-e", "vllm_profile=nope"], "unknown profile 'nope'; available: minimax_m25_nvfp4_ep"),
+    (["-e", "vllm_backend=slurm"], "value of backend must be one of: ray, mp, got: slurm"),
+    (["-e", '{"vllm_extra_env": {"RAY_ADDRESS": "ray://10.210.0.10:10001"}}'], "is a Ray Client address"),
+    (["-e", "vllm_gpu_memory_utilization=1.5"], "gpu_memory_utilization must be in (0, 1], got 1.5"),
+    (["-e", "vllm_max_model_len=100000"], "max_model_len 100000 exceeds the model's 4096 tokens"),
+    (["-e", "vllm_image=dgx-spark-sim/runtime:missing"], "The head sim-head does not hold dgx-spark-sim/runtime:missing"),
+])
+def test_bad_input_is_refused_before_any_change(client, extra, message):
+    before = {c.name: c.id for c in client.containers.list(all=True)}
+    rc, out = playbook("serve", *extra, log="faults-bad-input")
+    assert rc != 0
+    assert message in out
+    assert {c.name: c.id for c in client.containers.list(all=True)} == before
