@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 
-_RANK = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL (?P<level>INFO|WARN) (?P<text>.*)")
+# "host:pid:tid [dev] NCCL INFO ..."; WARN lines carry the source location: "[dev] plugin/net.cc:379 NCCL WARN ..."
+_RANK = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?P<level>INFO|WARN) (?P<text>.*)")
 _NETWORK = re.compile(r"Using network (\S+)")
 _CHANNEL = re.compile(r"\bvia (\S+)")
 
