@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Print the endpoint serve.yml brought up and one real chat completion from it.
@@ -46,8 +45,8 @@ def main():
     print("API key:  in %s" % os.path.join(args.inventory, ".secrets", "vllm_api_key"))
     print("Prompt:   %s" % args.prompt)
     print("Answer:   %r" % answer["choices"][0]["message"]["content"])
-    print("          %d tokens in %.2f s (finish_reason %s)" % (answer["usage"]["completion_tokens"], seconds,
-                                                          answer["choices"][0]["finish_reason"]))
+    usage, finish = answer["usage"], answer["choices"][0]["finish_reason"]
+    print("          %d tokens in %.2f s (finish_reason %s)" % (usage["completion_tokens"], seconds, finish))
 
 
 if __name__ == "__main__":

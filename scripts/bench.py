@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Benchmarks that print figures (make bench). Targets are printed beside the figures; nothing asserts.

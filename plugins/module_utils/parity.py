@@ -76,8 +76,9 @@ def check(planned, actual, what="container"):
             for key, value in env.items():
                 if key.startswith(WATCHED_PREFIXES) and key not in planned_keys and key not in PER_PROCESS:
                     seen.setdefault(key, {})[node] = value
+    readable = {node for node, envs in actual.items() if envs}
     for key, values in sorted(seen.items()):
-        if len(set(values.values())) > 1 or set(values) != set(actual):
+        if len(set(values.values())) > 1 or set(values) != readable:
             found = ", ".join("%s=%r" % (n, v) for n, v in sorted(values.items()))
             problems.append("%s differs across nodes and is not in the plan (%s): a value baked into an image or a "
                             "container wins silently; set it in the profile's env or remove it" % (key, found))

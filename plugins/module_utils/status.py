@@ -36,8 +36,8 @@ def report(nodes, ray=None, endpoint=None):
     if ray and not state:
         lines.append("Ray: %s" % (ray.get("msg") or "not readable"))
     elif state:
-        lines.append("Ray: %d node(s) alive, %g GPU(s)%s" % (state.get("alive_count", 0), state.get("gpu_total", 0),
-                                                          ("; missing " + ", ".join(state.get("missing_ips"))) if state.get("missing_ips") else ""))
+        missing = ("; missing " + ", ".join(state.get("missing_ips"))) if state.get("missing_ips") else ""
+        lines.append("Ray: %d node(s) alive, %g GPU(s)%s" % (state.get("alive_count", 0), state.get("gpu_total", 0), missing))
     endpoint = endpoint or {}
     if endpoint.get("ready"):
         lines.append("Endpoint: serving %s (first token in %ss)" % (", ".join(endpoint.get("models") or []), endpoint.get("first_token_seconds")))

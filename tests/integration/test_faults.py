@@ -79,6 +79,20 @@ def test_second_run_changes_nothing_and_does_not_interrupt_serving(client):
     assert errors == []
 
 
+def test_changed_profile_restarts_only_what_its_hash_touches(client):
+    ray_ids = {name: client.containers.get(name).id for name in (HEAD_RAY, WORKER_RAY)}
+
+    def pgid():
+        return json.loads(client.containers.get(HEAD_RAY).exec_run(["cat", "/dgx-spark/run/vllm.json"]).output)["pgid"]
+
+    before = pgid()
+    rc, out = playbook("serve", "-e", "vllm_max_model_len=512", log="faults-serve-changed-profile", check=True)
+    assert {name: client.containers.get(name).id for name in ray_ids} == ray_ids  # Ray untouched
+    assert pgid() != before  # vLLM restarted with the new flags
+    assert chat() == 200
+    playbook("serve", log="faults-serve-profile-back", check=True)
+
+
 def test_killed_worker_is_named_by_status_and_restored_by_serve(client):
     client.containers.get(WORKER_RAY).kill()
     rc, out = playbook("status", log="faults-status-broken")
