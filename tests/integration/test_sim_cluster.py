@@ -89,3 +89,17 @@ def test_absent_removes_nodes_network_and_folders(inventory):
     assert not client.networks.list(names=["dgx-spark-sim3"])
     assert not os.path.exists(os.path.join(ROOT_DIR, "nodes"))
     assert subprocess.run(["docker", "image", "inspect", "dgx-spark-sim/runtime:sim"], capture_output=True, check=False).returncode == 0
+
+
+def test_no_docker_daemon_says_how_to_start_one(inventory):
+    rc, out = run("sim3-no-daemon", ["ansible-playbook", "-i", inventory, "playbooks/sim.yml"], check=False,
+                  env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert rc != 0
+    assert "No Docker daemon answers on this machine" in out and "make setup" in out
+
+
+def test_too_little_disk_is_refused_with_the_numbers(inventory):
+    rc, out = sim(inventory, "-e", "sim_cluster_min_free_gb=100000", log="sim3-disk", check=False)
+    assert rc != 0
+    assert "GB free; the simulated cluster needs 100000 GB to run" in out
+    assert not docker.from_env().networks.list(names=["dgx-spark-sim3"])
