@@ -163,6 +163,17 @@ def test_head_killed_during_launch_fails_at_once_and_the_next_run_recovers(clien
     assert chat() == 200
 
 
+def test_unreachable_worker_stops_the_run_and_sim_then_serve_recover(client):
+    client.containers.get("sim-worker1").stop()
+    rc, out = playbook("serve", log="faults-serve-unreachable")
+    assert rc != 0
+    assert "fatal: [sim-worker1]" in out and "is not running" in out
+    assert client.containers.get(HEAD_RAY).status == "running"  # nothing on the head was touched
+    run("faults-sim-restart-node", ["ansible-playbook", "playbooks/sim.yml"], timeout=600)
+    playbook("serve", log="faults-serve-after-unreachable", check=True)
+    assert chat() == 200
+
+
 @pytest.mark.parametrize("extra,message", [
     (["-e", "vllm_profile=nope"], "unknown profile 'nope'; available: minimax_m25_nvfp4_ep"),
     (["-e", "vllm_backend=slurm"], "value of backend must be one of: ray, mp, got: slurm"),
