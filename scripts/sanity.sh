@@ -11,7 +11,7 @@ python=${SANITY_PYTHON:-3.11}
 rm -rf "$work"
 mkdir -p "$dest"
 cd "$root"
-git ls-files -co --exclude-standard | grep -v '^\.collections/' | while read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done \
+git ls-files -co --exclude-standard | grep -v -e '^\.collections/' -e '^playbooks/collections/' | while read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done \
   | tar -cf - -T - | tar -xf - -C "$dest"
 cd "$dest"
 grep -qx 'tests/output/' .gitignore 2>/dev/null || echo 'tests/output/' >> .gitignore

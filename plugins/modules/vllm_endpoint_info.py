@@ -27,9 +27,10 @@ options:
     type: str
     required: true
   model:
-    description: Served model name.
+    description:
+      - Served model name.
+      - Omitted, the first name C(/v1/models) lists is used (a status check without the plan).
     type: str
-    required: true
   api_key:
     description: The endpoint's API key (sent as a bearer token, never logged).
     type: str
@@ -81,6 +82,10 @@ endpoint:
     stage:
       description: The last readiness stage reached (C(port), C(health), C(models), C(stream)).
       type: str
+    model:
+      description: The model asked (O(model), or the first name C(/v1/models) lists).
+      type: str
+      sample: sim-tiny
     models:
       description: Names C(/v1/models) lists.
       type: list
@@ -161,6 +166,8 @@ def wait_ready(module, client, result):
                     code, body = client.get("/v1/models")
                     names = ep.served_names(json.loads(body))
                     result["models"] = names
+                    if model is None and names:
+                        model = module.params["model"] = names[0]
                     if model in names:
                         result["stage"] = "models"
                         result["seconds_to_ready"] = round(time.monotonic() - started, 1)
@@ -217,7 +224,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             url=dict(type="str", required=True),
-            model=dict(type="str", required=True),
+            model=dict(type="str"),
             api_key=dict(type="str", no_log=True),
             wait=dict(type="int", default=0),
             stream=dict(type="bool", default=True),
@@ -234,6 +241,7 @@ def main():
         result["ready"] = check_stream(module, client, result) if module.params["stream"] else True
         if result["ready"]:
             run_smoke(module, client, result)
+    result["model"] = module.params["model"]
     if result["errors"] and module.params["fail_on_error"]:
         module.fail_json(msg="; ".join(result["errors"]), endpoint=result)
     module.exit_json(changed=False, endpoint=result)
