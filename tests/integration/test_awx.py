@@ -1,0 +1,149 @@
+"""The playbooks run as an AWX job runs them, on the simulated cluster: ansible_runner.run() in a private data
+directory of its own per job, holding a copy of the project, an inventory script printing what AWX imports from the
+project's inventory source, AWX's collection paths in the environment (so dgx_spark.vllm must resolve from the
+project itself), the survey's answers and the credential's API key as extra variables. Asserts what a job view shows."""
+
+import json
+import os
+import secrets
+import shutil
+import stat
+import subprocess
+import urllib.request
+
+import ansible_runner
+import docker
+import pytest
+
+from runner import ROOT, VENV_BIN, environment, run
+
+pytestmark = pytest.mark.slow
+
+API_KEY = "awx-" + secrets.token_hex(16)
+SURVEY = {"vllm_profile": "sim_tiny", "vllm_backend": "ray", "vllm_max_model_len": 2048}
+
+
+def awx_environment(private_data_dir):
+    """What AWX puts in a job's environment: its own collection and role paths before the defaults."""
+    collections = ":".join([os.path.join(private_data_dir, "requirements_collections"), "~/.ansible/collections",
+                            "/usr/share/ansible/collections"])
+    roles = ":".join([os.path.join(private_data_dir, "requirements_roles"), "~/.ansible/roles", "/usr/share/ansible/roles"])
+    return {"PATH": VENV_BIN + os.pathsep + os.environ.get("PATH", ""), "ANSIBLE_COLLECTIONS_PATH": collections,
+            "ANSIBLE_COLLECTIONS_PATHS": collections, "ANSIBLE_ROLES_PATH": roles, "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_CONFIG": ""}
+
+
+def awx_job(base, name, playbook, extravars):
+    """One job: a fresh private data directory, as AWX makes for every job."""
+    private = base / name
+    shutil.copytree(ROOT, private / "project", symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".cache", ".pytest_cache", "__pycache__", "tests", "build", ".secrets", ".artifacts"))
+    # AWX imported the project's inventory source into its database and hands the job a script printing it.
+    exported = subprocess.run(["ansible-inventory", "-i", "inventories/sim", "--list", "--export"], cwd=ROOT,
+                              env=environment(), capture_output=True, text=True, check=True).stdout
+    script = private / "inventory" / "hosts"
+    script.parent.mkdir()
+    script.write_text("#!/usr/bin/env python3\nprint(%r)\n" % exported)
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    env = awx_environment(str(private))
+    del env["ANSIBLE_CONFIG"]  # AWX runs in the project folder: the project's ansible.cfg applies, its collections_path not
+    result = ansible_runner.run(private_data_dir=str(private), playbook=playbook, inventory=str(script),
+                                extravars=extravars, envvars=env, quiet=True, timeout=1800)
+    events = list(result.events)
+    log = os.path.join(ROOT, "tests", "output", "logs", "awx-%s.log" % name)
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    with open(log, "w", encoding="utf-8") as handle:
+        handle.write(result.stdout.read())
+    return result, events, log
+
+
+def failures(events):
+    return [e for e in events if e["event"] in ("runner_on_failed", "runner_on_unreachable")
+            and not e["event_data"].get("ignore_errors")]
+
+
+def task_result(events, task):
+    found = [e["event_data"]["res"] for e in events if e["event"] == "runner_on_ok" and e["event_data"].get("task") == task]
+    assert found, "no job event for the task %r" % task
+    return found[0]
+
+
+def assert_successful(result, events, log):
+    assert (result.status, result.rc) == ("successful", 0), "job %s (rc %s), see %s" % (result.status, result.rc, log)
+    assert not failures(events), [e["event_data"].get("res", {}).get("msg") for e in failures(events)]
+
+
+def chat():
+    body = json.dumps({"model": "sim-tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}).encode()
+    request = urllib.request.Request("http://127.0.0.1:8000/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return response.status, json.loads(response.read())
+
+
+@pytest.fixture(scope="module", name="base")
+def fixture_simulated_cluster(tmp_path_factory):
+    run("awx-sim-up", ["ansible-playbook", "playbooks/sim.yml"], timeout=1800)
+    yield tmp_path_factory.mktemp("awx-jobs")
+
+
+def test_plan_serve_status_teardown_as_awx_jobs(base):
+    result, events, log = awx_job(base, "plan", "playbooks/plan.yml", dict(SURVEY, vllm_api_key=API_KEY))
+    assert_successful(result, events, log)
+    plan_text = task_result(events, "Show the plan")["msg"]
+    assert "sim-head" in plan_text and "sim-worker1" in plan_text and "--max-model-len 2048" in plan_text
+
+    result, events, log = awx_job(base, "serve", "playbooks/serve.yml", dict(SURVEY, vllm_api_key=API_KEY))
+    assert_successful(result, events, log)
+    summary = task_result(events, "Show the summary")["vllm_serve_summary"]
+    assert summary["endpoint"] == "http://127.0.0.1:8000/v1" and summary["model"] == "sim-tiny"
+    assert summary["profile"] == "sim_tiny" and summary["backend"] == "ray"
+    assert all(passed for name, passed in summary["smoke_tests"])
+    # The key the credential injected is the endpoint's key.
+    status, answer = chat()
+    assert status == 200 and answer["choices"][0]["message"]["content"]
+
+    # A job of its own, without the plan serve wrote: status finds the model and the key on its own.
+    result, events, log = awx_job(base, "status", "playbooks/status.yml", {"vllm_api_key": API_KEY})
+    assert_successful(result, events, log)
+    lines = task_result(events, "Show what runs where")["msg"]
+    assert any("sim-tiny" in line for line in lines), lines
+
+    result, events, log = awx_job(base, "teardown", "playbooks/teardown.yml", {})
+    assert_successful(result, events, log)
+    left = docker.from_env().containers.list(all=True, filters={"label": "dgx_spark.vllm.managed=true"})
+    assert not left, [c.name for c in left]
+
+
+def playbook_failure(extra):
+    """The message an ansible-playbook user gets for the same bad answer (the JSON callback's failed task)."""
+    env = environment({"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1"})
+    proc = subprocess.run(["ansible-playbook", "playbooks/plan.yml", "-e", json.dumps(extra)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    report = json.loads(proc.stdout)
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            for host, res in task["hosts"].items():
+                if res.get("failed"):
+                    return host, res["msg"]
+    raise AssertionError("no failed task in:\n" + proc.stdout[-3000:])
+
+
+@pytest.mark.parametrize("answer, says", [
+    ({"vllm_backend": "tcp"}, "value of vllm_backend must be one of: ray, mp, got: tcp"),
+    ({"vllm_max_model_len": "long"}, "vllm_max_model_len"),
+    ({"vllm_gpu_memory_utilization": 1.5}, "1.5"),
+    ({"vllm_profile": "no_such_profile"}, "no_such_profile"),
+], ids=["backend", "max_model_len", "utilization", "profile"])
+def test_an_answer_outside_the_survey_is_refused_as_ansible_playbook_refuses_it(base, answer, says):
+    result, events, log = awx_job(base, "bad-" + next(iter(answer)), "playbooks/plan.yml", dict(SURVEY, **answer))
+    assert result.status == "failed"
+    failed = failures(events)
+    assert len(failed) == 1, log
+    host, message = failed[0]["event_data"]["host"], failed[0]["event_data"]["res"]["msg"]
+    assert says in message
+    assert (host, message) == playbook_failure(dict(SURVEY, **answer))
+    # Refused on the controller before any node was touched.
+    assert host == "localhost"
+    assert not [e for e in events if e["event"] == "runner_on_ok" and e["event_data"].get("host") != "localhost"]
