@@ -1,0 +1,168 @@
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Is a model complete on this node? Where it lives, and what a complete copy holds.
+
+A model is a Hugging Face repository id, kept in the hub cache layout under ``<models_dir>/huggingface/hub``
+(``models--<org>--<name>/{blobs,snapshots/<commit>,refs/<revision>}``: what the containers see as
+``HF_HOME=/models/huggingface``), or a path ``/models/<folder>`` (``<models_dir>/<folder>`` on the node).
+
+The manifest the fetch records on the head (``<models_dir>/.dgx-spark/manifests/<key>.json``) lists every file
+of the revision with its size and, for LFS files, its sha256, as the hub listed them. A copy is complete when it
+has ``config.json``, a tokenizer, every shard its safetensors index names, and every file of the manifest at its
+size (and, when asked, its sha256). Pure functions over a directory walk; no Ansible.
+"""
+
+import hashlib
+import json
+import os
+import re
+
+HUB_SUBDIR = os.path.join("huggingface", "hub")
+MANIFESTS = os.path.join(".dgx-spark", "manifests")
+MODELS_MOUNT = "/models/"
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model", "tekken.json", "vocab.json")
+INDEX = "model.safetensors.index.json"
+# What the fetch leaves behind while it runs; never part of a copy.
+TRANSIENT = re.compile(r"(\.incomplete|\.lock)$")
+
+
+class ModelError(Exception):
+    """Bad input (a model id or revision that cannot name a folder)."""
+
+
+def is_path_model(model_id):
+    return model_id.startswith(MODELS_MOUNT)
+
+
+def repo_folder(model_id):
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", model_id or ""):
+        raise ModelError("model id %r is neither a Hugging Face repository (org/name) nor a path under /models/" % (model_id,))
+    return "models--" + model_id.replace("/", "--")
+
+
+def manifest_key(model_id, commit=None):
+    if is_path_model(model_id):
+        return model_id[len(MODELS_MOUNT):].strip("/").replace("/", "--")
+    return "%s@%s" % (repo_folder(model_id), commit or "unknown")
+
+
+def locate(models_dir, model_id, revision=None, read=None):
+    """Where the model is (or would be) on a node: {"kind", "root", "snapshot", "commit", "revision"}.
+
+    ``root`` is the folder a copy transfers (the repository's cache folder, or the path model's folder);
+    ``snapshot`` the folder vLLM reads (None when the revision is not on the node)."""
+    read = read or _read_text
+    if is_path_model(model_id):
+        folder = os.path.join(models_dir, model_id[len(MODELS_MOUNT):].strip("/"))
+        return {"kind": "path", "root": folder, "snapshot": folder, "commit": None, "revision": None}
+    revision = revision or "main"
+    if "/" in revision or revision in (".", ".."):
+        raise ModelError("revision %r cannot name a ref" % revision)
+    root = os.path.join(models_dir, HUB_SUBDIR, repo_folder(model_id))
+    commit = revision if COMMIT.match(revision) else (read(os.path.join(root, "refs", revision)) or "").strip() or None
+    snapshot = os.path.join(root, "snapshots", commit) if commit else None
+    return {"kind": "hub", "root": root, "snapshot": snapshot, "commit": commit, "revision": revision}
+
+
+def _read_text(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def walk(folder):
+    """{relative path: size} of the files under ``folder``, following symlinks (a dangling link has size None)."""
+    found = {}
+    for base, dirs, names in os.walk(folder, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in names:
+            full = os.path.join(base, name)
+            rel = os.path.relpath(full, folder)
+            if TRANSIENT.search(name):
+                continue
+            try:
+                found[rel] = os.stat(full).st_size
+            except OSError:
+                found[rel] = None
+    return found
+
+
+def index_shards(index_text):
+    """The shard names a safetensors index maps weights to."""
+    try:
+        weight_map = json.loads(index_text)["weight_map"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelError("%s is not a safetensors index: %s" % (INDEX, exc))
+    return sorted(set(weight_map.values()))
+
+
+def check(present, manifest=None, index_text=None, checksums=None):
+    """Judge a copy. ``present``: walk() of the snapshot; ``manifest``: {"files": {path: {"size", "sha256"}}} or
+    None; ``index_text``: the index file's text when there is one; ``checksums``: {path: sha256} computed here.
+
+    Returns {"complete", "missing", "wrong_size", "corrupt", "broken", "bytes_expected", "bytes_present"}.
+    ``broken`` holds what no copy can fix (the repository itself is inconsistent)."""
+    expected = dict((manifest or {}).get("files") or {})
+    missing, wrong, corrupt, broken = [], [], [], []
+    if "config.json" not in present and "config.json" not in expected:
+        missing.append("config.json")
+    if not any(name in present or name in expected for name in TOKENIZER_FILES + ("tokenizer_config.json",)):
+        missing.append("a tokenizer (%s)" % ", ".join(TOKENIZER_FILES))
+    if index_text is not None:
+        for shard in index_shards(index_text):
+            if expected and shard not in expected:
+                broken.append("%s names %s, which the repository does not have" % (INDEX, shard))
+            elif shard not in expected:
+                expected[shard] = {"size": None}
+    elif not expected and not any(p.endswith(".safetensors") for p in present):
+        missing.append("weights (*.safetensors)")
+    for name in ("config.json",):
+        expected.setdefault(name, {"size": None})
+    for path, meta in sorted(expected.items()):
+        size = present.get(path, -1)
+        if size == -1 or size is None:
+            missing.append(path)
+        elif meta.get("size") is not None and size != meta["size"]:
+            wrong.append({"path": path, "expected": meta["size"], "actual": size})
+        elif checksums is not None and meta.get("sha256") and checksums.get(path) not in (None, meta["sha256"]):
+            corrupt.append(path)
+    bytes_expected = sum(m.get("size") or 0 for m in expected.values())
+    bytes_present = sum(min(present.get(p) or 0, m.get("size") or present.get(p) or 0) for p, m in expected.items())
+    return {"complete": not (missing or wrong or corrupt or broken), "missing": missing, "wrong_size": wrong,
+            "corrupt": corrupt, "broken": broken, "bytes_expected": bytes_expected, "bytes_present": bytes_present}
+
+
+def sha256_of(path, chunk=8 << 20):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def human(size):
+    if size is None:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(size) < 1000 or unit == "TB":
+            return ("%d %s" % (size, unit)) if unit == "B" else ("%.1f %s" % (size, unit))
+        size /= 1000.0
+    return str(size)
+
+
+def describe(result):
+    """One line a user reads: what is wrong with this copy."""
+    parts = []
+    if result["broken"]:
+        parts.append("; ".join(result["broken"]))
+    if result["missing"]:
+        parts.append("missing %s" % ", ".join(result["missing"][:5]) + (" and %d more" % (len(result["missing"]) - 5)
+                                                                       if len(result["missing"]) > 5 else ""))
+    for entry in result["wrong_size"][:5]:
+        parts.append("%s is %s, should be %s" % (entry["path"], human(entry["actual"]), human(entry["expected"])))
+    if result["corrupt"]:
+        parts.append("sha256 differs for %s" % ", ".join(result["corrupt"][:5]))
+    return "; ".join(parts) or "complete"
