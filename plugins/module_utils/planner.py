@@ -219,6 +219,9 @@ def common_environment(inputs, parallel, use_roce):
         })
     env["VLLM_CONFIG_ROOT"] = STATE_MOUNT + "/config"  # holds ray_non_carry_over_env_vars.json
     env["HF_HOME"] = MODELS_MOUNT + "/huggingface"
+    # The model role has made the weights complete on every node before launch: vLLM never reaches for the hub
+    # (a node that would download on its own loads minutes after the others and times them out).
+    env["HF_HUB_OFFLINE"] = "1"
     if use_roce and inputs["settings"]["nccl_debug"]:
         env["NCCL_DEBUG"] = "INFO"                        # the transport check reads it from every rank's log
         env["NCCL_DEBUG_SUBSYS"] = "INIT,NET"
@@ -269,6 +272,11 @@ def serve_flags(inputs, plan, parallel):
     return flags, utilization, (int(max_len) if max_len else None)
 
 
+def model_revision(inputs):
+    """The revision to fetch and serve: the inventory's override, else the profile's (None: the hub's main)."""
+    return (inputs.get("overrides") or {}).get("model_revision") or inputs["profile"]["model"].get("revision")
+
+
 def serve_argv(inputs, parallel, flags, utilization, max_len, rank, head_ip):
     profile = inputs["profile"]
     model = profile["model"]
@@ -283,8 +291,9 @@ def serve_argv(inputs, parallel, flags, utilization, max_len, rank, head_ip):
     argv += ["--gpu-memory-utilization", "%g" % utilization]
     if max_len:
         argv += ["--max-model-len", str(max_len)]
-    if model.get("revision"):
-        argv += ["--revision", model["revision"]]
+    revision = model_revision(inputs)
+    if revision:
+        argv += ["--revision", revision]
     argv += flag_utils.to_argv(flags)
     if inputs["backend"] == "ray":
         argv += ["--distributed-executor-backend", "ray"]
@@ -447,6 +456,7 @@ def make_plan(inputs, stage="full"):
             entry["containers"].append(spec)
             entry["serve"] = {"container": spec["name"], "argv": argv, "log": None}
         entry["state_dir"] = state
+        entry["models_dir"] = settings["models_dir"].replace("{node}", name)
         node_hash = digest({"cluster": cluster_hash, "containers": entry["containers"]})
         for spec in entry["containers"]:
             spec["labels"][LABEL + ".config_hash"] = node_hash
@@ -490,7 +500,8 @@ def make_plan(inputs, stage="full"):
                 "api_key_env": "VLLM_API_KEY",
                 "api_key_file": settings["api_key_file"],
             },
-            "model": {"id": inputs["profile"]["model"]["id"], "served_name": inputs["profile"]["model"].get("served_name")},
+            "model": {"id": inputs["profile"]["model"]["id"], "served_name": inputs["profile"]["model"].get("served_name"),
+                      "revision": model_revision(inputs)},
             "eager_reason": (inputs["profile"].get("vllm") or {}).get("eager_reason"),
             "smoke_tests": inputs["profile"].get("smoke_tests") or [],
             "memory": mem,

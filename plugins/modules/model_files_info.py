@@ -111,6 +111,9 @@ model:
     message:
       description: One line saying what is wrong, or C(complete).
       type: str
+    sources:
+      description: For every file present, its real path relative to RV(model.root) (C(blobs/<id>) in the cache).
+      type: dict
 """
 
 import json
@@ -173,6 +176,9 @@ def main():
     else:
         result["message"] = mf.describe(result)
     result.update(where)
+    # Where each file really is under root (the cache's snapshots link into blobs/): what a copy transfers.
+    result["sources"] = {p: os.path.relpath(os.path.realpath(os.path.join(snapshot, p)), os.path.realpath(where["root"]))
+                         for p, size in present.items() if size is not None}
     result["free_bytes"] = free_bytes(params["models_dir"])
     result["manifest"] = manifest
     module.exit_json(changed=False, model=result)

@@ -8,7 +8,7 @@ HF_HOME=/models/huggingface; HF_ENDPOINT points at a mirror when one is set. The
 *.incomplete files an interrupted run left. Prints one JSON line: {"ok": true, ...} or {"ok": false, "kind",
 "error"}; exit status 0 or 2.
 
-Usage: fetch_model.py REPO [--revision R] [--token-file F] [--node NAME] [--checksums]
+Usage: fetch_model.py REPO [--revision R] [--token-file F] [--node NAME] [--checksums] [--reserve-bytes N]
 """
 
 import argparse
@@ -72,6 +72,7 @@ def main():
     parser.add_argument("--token-file", default="")
     parser.add_argument("--node", default="this node")
     parser.add_argument("--checksums", action="store_true")
+    parser.add_argument("--reserve-bytes", type=int, default=0, help="free space the fetch must leave")
     args = parser.parse_args()
     args.token = None
     if args.token_file and os.path.exists(args.token_file):
@@ -102,11 +103,12 @@ def main():
             present += meta["size"]
     st = os.statvfs(MODELS)
     free = st.f_bavail * st.f_frsize
-    if total - present > free:
+    if total - present + args.reserve_bytes > free:
         finish(False, kind="disk", needed=total - present, free=free,
-               error="not enough disk on %s for %s: it needs %s more, %s is free in the models folder (%s in all); "
-                     "free space or set spark_models_dir to a larger disk" % (
-                         args.node, args.repo, human(total - present), human(free), human(total)))
+               error="not enough disk on %s for %s: the fetch needs %s more and must leave %s free, %s is free in the "
+                     "models folder (%s in all); free space, set spark_models_dir to a larger disk or lower "
+                     "vllm_model_disk_reserve_gb" % (args.node, args.repo, human(total - present), human(args.reserve_bytes),
+                                                     human(free), human(total)))
 
     if INDEX in files:
         try:

@@ -36,8 +36,8 @@ def repo_files(root, repo):
     base = os.path.join(root, repo)
     stats = []
     for folder, dirs, names in os.walk(base):
-        dirs.sort()
-        for name in sorted(names):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(n for n in names if not n.startswith(".")):  # the simulated cluster's own marks
             full = os.path.join(folder, name)
             st = os.stat(full)
             stats.append((os.path.relpath(full, base), st.st_size, st.st_mtime_ns))

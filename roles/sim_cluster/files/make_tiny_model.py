@@ -62,7 +62,8 @@ def main(out):
         tie_word_embeddings=False, torch_dtype="bfloat16",
     )
     model = LlamaForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(out, safe_serialization=True)
+    # Sharded, with an index, as every large model is: the model role checks every shard the index names.
+    model.save_pretrained(out, safe_serialization=True, max_shard_size="400KB")
     with open(os.path.join(out, "generation_config.json"), "w", encoding="utf-8") as handle:
         json.dump({"bos_token_id": fast.bos_token_id, "eos_token_id": fast.eos_token_id, "do_sample": False}, handle)
     print(json.dumps({"path": out, "vocab_size": len(fast), "parameters": sum(p.numel() for p in model.parameters())}))
