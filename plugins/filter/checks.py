@@ -1,11 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the verify steps: environment parity and the NCCL transport, pure functions."""
+"""Filters of the verify steps: environment parity, the NCCL transport, status, byte counts; pure functions."""
 
 from __future__ import annotations
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import nccl_log, parity, status
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files, nccl_log, parity, status
 
 
 def env_parity(planned, actual, what="container"):
@@ -32,6 +32,10 @@ def status_node(pair):
     return status.node(pair)
 
 
+def human_bytes(size):
+    return model_files.human(None if size is None else int(size))
+
+
 class FilterModule:
     """dgx_spark.vllm verification filters."""
 
@@ -43,4 +47,5 @@ class FilterModule:
             "nccl_transport": nccl_transport,
             "status_report": status_report,
             "status_node": status_node,
+            "human_bytes": human_bytes,
         }
