@@ -36,6 +36,10 @@ def human_bytes(size):
     return model_files.human(None if size is None else int(size))
 
 
+def rsync_summary(results):
+    return model_files.copy_summary(results)
+
+
 class FilterModule:
     """dgx_spark.vllm verification filters."""
 
@@ -48,4 +52,5 @@ class FilterModule:
             "status_report": status_report,
             "status_node": status_node,
             "human_bytes": human_bytes,
+            "rsync_summary": rsync_summary,
         }

@@ -166,3 +166,16 @@ def describe(result):
     if result["corrupt"]:
         parts.append("sha256 differs for %s" % ", ".join(result["corrupt"][:5]))
     return "; ".join(parts) or "complete"
+
+
+def copy_summary(results):
+    """Bytes an rsync run sent as file data (its --stats "Literal data"), and the seconds it took, summed over
+    Ansible command results ({"stdout", "delta": "H:MM:SS.ffffff"})."""
+    moved, seconds = 0, 0.0
+    for result in results or []:
+        for match in re.findall(r"Literal data: ([0-9,]+) bytes", result.get("stdout") or ""):
+            moved += int(match.replace(",", ""))
+        hours, minutes, secs = (result.get("delta") or "0:0:0").split(":")
+        seconds += int(hours) * 3600 + int(minutes) * 60 + float(secs)
+    return {"bytes": moved, "seconds": round(seconds, 3),
+            "rate_bytes_per_second": int(moved / seconds) if seconds > 0 else None}

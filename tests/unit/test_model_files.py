@@ -135,3 +135,12 @@ def test_revisions_and_path_models(tmp_path):
 def test_bad_ids_and_revisions_are_refused(model_id, revision):
     with pytest.raises(mf.ModelError):
         mf.locate("/m", model_id, revision)
+
+
+def test_rsync_stats_give_the_bytes_an_append_sent_and_the_rate():
+    with open(os.path.join(FIXTURES, "rsync-append-stats.txt"), encoding="utf-8") as handle:
+        stats = handle.read()
+    summary = mf.copy_summary([{"stdout": stats, "delta": "0:00:00.500000"}, {"stdout": "", "delta": "0:00:01.500000"}])
+    # The file was 300,000 bytes; 100,000 were there: only the tail went over.
+    assert summary == {"bytes": 200000, "seconds": 2.0, "rate_bytes_per_second": 100000}
+    assert mf.copy_summary([])["rate_bytes_per_second"] is None
