@@ -7,8 +7,10 @@
   sim           warm sim.yml with the images present (target <= 60 s), disk used; --cold also rebuilds
   orchestration serve.yml from scratch minus vLLM's own start-up (target <= 30 s), a no-change re-run
                 (target <= 20 s), teardown.yml
+  model         a 4 GiB model (2 shards) through the model role: fetch on the head from the simulated hub, copy
+                head -> worker against a raw tar stream between the same nodes (target >= 0.9x), a no-change run
 
-Usage: scripts/bench.py [probes] [planner] [sim] [orchestration] [--cold]
+Usage: scripts/bench.py [probes] [planner] [sim] [orchestration] [model] [--cold]
 """
 
 import calendar
@@ -170,8 +172,107 @@ def bench_orchestration():
     line("teardown.yml", "%.1f" % seconds, "s")
 
 
+BENCH_REPO = "dgx-spark-sim/bench-4g"
+STREAM = r"""
+import socket, subprocess, sys, time
+role, address, folder = sys.argv[1], (sys.argv[2], 9999), sys.argv[3]
+if role == "send":
+    server = socket.create_server(address)
+    conn, dummy = server.accept()
+    tar = subprocess.Popen(["tar", "-C", folder, "-cf", "-", "."], stdout=subprocess.PIPE)
+    for block in iter(lambda: tar.stdout.read(1 << 20), b""):
+        conn.sendall(block)
+    conn.close()
+    sys.exit(tar.wait())
+started = time.monotonic()
+for attempt in range(50):
+    try:
+        conn = socket.create_connection(address)
+        break
+    except OSError:
+        time.sleep(0.1)
+tar = subprocess.Popen(["tar", "-C", folder, "-xf", "-"], stdin=subprocess.PIPE)
+moved = 0
+for block in iter(lambda: conn.recv(1 << 20), b""):
+    tar.stdin.write(block)
+    moved += len(block)
+tar.stdin.close()
+tar.wait()
+print(moved, time.monotonic() - started)
+"""
+
+
+def make_bench_model(folder, shards=2, shard_bytes=2 << 30):
+    os.makedirs(folder, exist_ok=True)
+    weight_map = {}
+    for number in range(1, shards + 1):
+        name = "model-%05d-of-%05d.safetensors" % (number, shards)
+        with open(os.path.join(folder, name), "wb") as handle:
+            for dummy in range(shard_bytes >> 24):
+                handle.write(os.urandom(1 << 24))
+        weight_map["layer.%d.weight" % number] = name
+    for name, data in (("model.safetensors.index.json", {"metadata": {"total_size": shards * shard_bytes}, "weight_map": weight_map}),
+                       ("config.json", {"architectures": ["LlamaForCausalLM"]}), ("tokenizer.json", {}),
+                       ("tokenizer_config.json", {})):
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+
+
+def bench_model():
+    print("Model weights on the 2-node simulated cluster (%s: 2 shards of 2 GiB, as large as real ones):" % BENCH_REPO)
+    import shutil
+    timed(["ansible-playbook", "playbooks/sim.yml"])
+    hub = os.path.join(SIM_ROOT, "hub", BENCH_REPO)
+    cache = "huggingface/hub/models--" + BENCH_REPO.replace("/", "--")
+    nodes = {n: os.path.join(SIM_ROOT, "nodes", n, "models") for n in ("sim-head", "sim-worker1")}
+    with open(os.path.join(ROOT, "profiles", "sim_tiny.yml"), encoding="utf-8") as handle:
+        profile = handle.read().replace("id: dgx-spark-sim/sim-tiny", "id: " + BENCH_REPO)
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as handle:
+        handle.write(profile)
+    model_yml = ["ansible-playbook", "playbooks/model.yml", "-e", "vllm_profile=", "-e", "vllm_profile_file=" + handle.name]
+    try:
+        shutil.rmtree(hub, ignore_errors=True)
+        make_bench_model(hub)
+        for folder in nodes.values():
+            shutil.rmtree(os.path.join(folder, cache), ignore_errors=True)
+        seconds, out = timed(model_yml)
+        line("model.yml: fetch on the head and copy to the worker", "%.1f" % seconds, "s")
+        # Alternate the two ways three times on a quiet disk (2 cores and the page cache make single runs noisy).
+        rsync_rates, stream_rates, runs = [], [], []
+        source = os.path.join(nodes["sim-head"], cache, "blobs")
+        target = "/tmp/dgx-spark-bench-stream"
+        for dummy in range(3):
+            shutil.rmtree(os.path.join(nodes["sim-worker1"], cache))
+            os.sync()
+            seconds, out = timed(model_yml)
+            runs.append(seconds)
+            found = re.search(r"sim-worker1 <- sim-head: (\d+) bytes .*? in ([0-9.]+) s", " ".join(out.split()))
+            rsync_rates.append(int(found.group(1)) / float(found.group(2)) / 1e6)
+            # The same bytes as one raw tar stream over a TCP socket between the same two nodes.
+            subprocess.run(["docker", "exec", "sim-worker1", "sh", "-c", "rm -rf %s && mkdir -p %s" % (target, target)], check=True)
+            os.sync()
+            sender = subprocess.Popen(["docker", "exec", "sim-head", "python3", "-c", STREAM, "send", "10.210.0.10", source])
+            received = subprocess.run(["docker", "exec", "sim-worker1", "python3", "-c", STREAM, "receive", "10.210.0.10",
+                                       target], capture_output=True, text=True, check=True).stdout.split()
+            sender.wait()
+            subprocess.run(["docker", "exec", "sim-worker1", "rm", "-rf", target], check=True)
+            stream_rates.append(int(received[0]) / float(received[1]) / 1e6)
+        rate, stream_rate = statistics.median(rsync_rates), statistics.median(stream_rates)
+        line("model.yml: copy head -> worker only (whole run, median of 3)", "%.1f" % statistics.median(runs), "s")
+        line("rsync copy head -> worker, median of %s" % ", ".join("%.0f" % r for r in rsync_rates), "%.0f" % rate, "MB/s")
+        line("raw tar stream over TCP, median of %s" % ", ".join("%.0f" % r for r in stream_rates), "%.0f" % stream_rate, "MB/s")
+        line("rsync / raw stream", "%.2f" % (rate / stream_rate), "x", ">= 0.9x")
+        seconds, out = timed(model_yml)
+        line("model.yml again, nothing to change", "%.1f" % seconds, "s")
+    finally:
+        shutil.rmtree(hub, ignore_errors=True)
+        for folder in nodes.values():
+            shutil.rmtree(os.path.join(folder, cache), ignore_errors=True)
+        os.unlink(handle.name)
+
+
 def main(argv):
-    wanted = [a for a in argv if not a.startswith("--")] or ["probes", "planner", "sim", "orchestration"]
+    wanted = [a for a in argv if not a.startswith("--")] or ["probes", "planner", "sim", "orchestration", "model"]
     if "sim" in wanted:
         bench_sim("--cold" in argv)
     if "probes" in wanted:
@@ -182,6 +283,8 @@ def main(argv):
         bench_planner()
     if "orchestration" in wanted:
         bench_orchestration()
+    if "model" in wanted:
+        bench_model()
 
 
 if __name__ == "__main__":
