@@ -159,8 +159,8 @@ def describe(result):
     if result["broken"]:
         parts.append("; ".join(result["broken"]))
     if result["missing"]:
-        parts.append("missing %s" % ", ".join(result["missing"][:5]) + (" and %d more" % (len(result["missing"]) - 5)
-                                                                       if len(result["missing"]) > 5 else ""))
+        more = len(result["missing"]) - 5
+        parts.append("missing %s" % ", ".join(result["missing"][:5]) + (" and %d more" % more if more > 0 else ""))
     for entry in result["wrong_size"][:5]:
         parts.append("%s is %s, should be %s" % (entry["path"], human(entry["actual"]), human(entry["expected"])))
     if result["corrupt"]:
