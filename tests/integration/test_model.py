@@ -155,6 +155,17 @@ def test_bad_input_is_refused_and_nothing_half_fetched_counts(tmp_path, case):
         shutil.rmtree(os.path.join(HUB, "sim-tiny-broken"))
 
 
+def test_a_worker_without_the_disk_for_the_copy_is_refused_before_it_starts():
+    model_yml(log="model-complete-head", check=True)
+    shutil.rmtree(models("sim-worker1"))
+    rc, out = model_yml("-e", "vllm_model_disk_reserve_gb=1000000", log="model-bad-worker-disk")
+    assert rc != 0
+    flat = " ".join(out.split())
+    assert "sim-worker1: not enough disk on sim-worker1 for dgx-spark-sim/sim-tiny: the copy needs 880.9 KB more" in flat
+    assert "Pull each large file" not in out and "Start the head's rsync daemon" not in out
+    assert not os.path.exists(os.path.join(models("sim-worker1"), REPO_DIR))
+
+
 def test_the_right_token_fetches_a_gated_model_and_is_never_shown(tmp_path):
     profile = profile_with(tmp_path, id="dgx-spark-sim/sim-tiny-gated")
     rc, out = model_yml("-e", "vllm_profile=", "-e", "vllm_profile_file=" + profile, "-e", "vllm_hf_token=sim-hub-token", log="model-gated", check=True)
