@@ -28,6 +28,15 @@ def models(node):
     return os.path.join(SIM, "nodes", node, "models")
 
 
+def empty(folder):
+    """Remove what a models folder holds, keeping the folder itself (a running container keeps seeing it)."""
+    for entry in glob.glob(os.path.join(folder, "*")) + glob.glob(os.path.join(folder, ".*")):
+        if os.path.isdir(entry) and not os.path.islink(entry):
+            shutil.rmtree(entry)
+        else:
+            os.remove(entry)
+
+
 def model_yml(*extra, log="model", check=False):
     return run(log, ["ansible-playbook", "playbooks/model.yml"] + list(extra), check=check, timeout=1800)
 
@@ -69,7 +78,7 @@ def fixture_simulated_cluster():
 
 def test_only_the_head_fetches_and_the_worker_copies_from_it():
     for node in NODES:
-        shutil.rmtree(models(node), ignore_errors=True)
+        empty(models(node))
     since = int(time.time())
     rc, out = model_yml(log="model-fresh", check=True)
     asked = [address for address in hub_requests(since) if address in NODES.values()]
@@ -118,7 +127,7 @@ def test_small_files_short_or_gone_come_back_with_the_rest():
 @pytest.mark.parametrize("case", ["unknown_repo", "unknown_revision", "gated_without_token", "wrong_token",
                                   "no_disk", "broken_index"])
 def test_bad_input_is_refused_and_nothing_half_fetched_counts(tmp_path, case):
-    shutil.rmtree(models("sim-head"), ignore_errors=True)  # the head must fetch
+    empty(models("sim-head"))  # the head must fetch
     extra, says = [], None
     if case == "unknown_repo":
         extra = ["-e", "vllm_profile=", "-e", "vllm_profile_file=" + profile_with(tmp_path, id="dgx-spark-sim/no-such-model")]
@@ -157,7 +166,7 @@ def test_bad_input_is_refused_and_nothing_half_fetched_counts(tmp_path, case):
 
 def test_a_worker_without_the_disk_for_the_copy_is_refused_before_it_starts():
     model_yml(log="model-complete-head", check=True)
-    shutil.rmtree(models("sim-worker1"))
+    empty(models("sim-worker1"))
     rc, out = model_yml("-e", "vllm_model_disk_reserve_gb=1000000", log="model-bad-worker-disk")
     assert rc != 0
     flat = " ".join(out.split())
@@ -178,7 +187,27 @@ def test_the_right_token_fetches_a_gated_model_and_is_never_shown(tmp_path):
 
 
 def test_check_mode_reports_and_changes_nothing():
-    shutil.rmtree(models("sim-worker1"), ignore_errors=True)
+    empty(models("sim-worker1"))
     rc, out = model_yml("--check", "--diff", log="model-check", check=True)
     assert "not on this node" in out
     assert not os.path.exists(os.path.join(models("sim-worker1"), REPO_DIR))  # the final fixture run restores it
+
+
+def test_a_running_container_that_sees_a_replaced_models_folder_is_named():
+    client = docker.from_env()
+    node_image = client.containers.get("sim-head").image.id
+    watcher = client.containers.run(
+        node_image, ["sleep", "infinity"], name="dgx-spark-model-watcher", detach=True, network_mode="container:sim-head",
+        volumes={models("sim-head"): {"bind": "/models", "mode": "ro"}},
+        labels={"dgx_spark.vllm.cluster": "dgx-spark", "dgx_spark.vllm.node": "sim-head", "dgx_spark.vllm.managed": "true"})
+    try:
+        rc, out = model_yml(log="model-watcher-same", check=True)  # the same folder: nothing to say
+        os.rename(models("sim-head"), models("sim-head") + ".old")
+        shutil.copytree(models("sim-head") + ".old", models("sim-head"), symlinks=True)
+        shutil.rmtree(models("sim-head") + ".old")
+        rc, out = model_yml(log="model-watcher-replaced")
+        assert rc != 0
+        flat = " ".join(out.split())
+        assert "sim-head: dgx-spark-model-watcher still see the models folder" in flat and "teardown.yml" in flat
+    finally:
+        watcher.remove(force=True)
