@@ -176,7 +176,7 @@ def test_unreachable_worker_stops_the_run_and_sim_then_serve_recover(client):
 
 @pytest.mark.parametrize("extra,message", [
     (["-e", "vllm_profile=nope"], "unknown profile 'nope'; available: minimax_m25_nvfp4_ep"),
-    (["-e", "vllm_backend=slurm"], "value of backend must be one of: ray, mp, got: slurm"),
+    (["-e", "vllm_backend=slurm"], "value of vllm_backend must be one of: ray, mp, got: slurm"),
     (["-e", '{"vllm_extra_env": {"RAY_ADDRESS": "ray://10.210.0.10:10001"}}'], "is a Ray Client address"),
     (["-e", "vllm_gpu_memory_utilization=1.5"], "gpu_memory_utilization must be in (0, 1], got 1.5"),
     (["-e", "vllm_max_model_len=100000"], "max_model_len 100000 exceeds the model's 4096 tokens"),
