@@ -32,3 +32,13 @@ def run(name, argv, cwd=ROOT, env=None, timeout=3600, check=True, tail=120):
         raise AssertionError("%s exited %d (full log: %s); last lines:\n%s"
                              % (" ".join(argv), proc.returncode, log, "\n".join(lines[-tail:])))
     return proc.returncode, output
+
+
+def recap(output):
+    """{host: {"changed": n, "failed": n, "unreachable": n, ...}} from the last PLAY RECAP of an ansible-playbook run."""
+    hosts = {}
+    for line in output.split("PLAY RECAP")[-1].splitlines():
+        parts = line.split()
+        if len(parts) > 3 and parts[1] == ":":
+            hosts[parts[0]] = {k: int(v) for k, v in (p.split("=") for p in parts[2:] if "=" in p)}
+    return hosts

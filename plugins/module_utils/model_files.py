@@ -52,7 +52,7 @@ def locate(models_dir, model_id, revision=None, read=None):
 
     ``root`` is the folder a copy transfers (the repository's cache folder, or the path model's folder);
     ``snapshot`` the folder vLLM reads (None when the revision is not on the node)."""
-    read = read or _read_text
+    read = read or read_text
     if is_path_model(model_id):
         folder = os.path.join(models_dir, model_id[len(MODELS_MOUNT):].strip("/"))
         return {"kind": "path", "root": folder, "snapshot": folder, "commit": None, "revision": None}
@@ -65,7 +65,7 @@ def locate(models_dir, model_id, revision=None, read=None):
     return {"kind": "hub", "root": root, "snapshot": snapshot, "commit": commit, "revision": revision}
 
 
-def _read_text(path):
+def read_text(path):
     try:
         with open(path, encoding="utf-8") as handle:
             return handle.read()

@@ -132,7 +132,7 @@ def free_bytes(path):
 
 
 def read_json(path):
-    text = mf._read_text(path)  # pylint: disable=protected-access
+    text = mf.read_text(path)
     if text is None:
         return None
     try:
@@ -162,7 +162,7 @@ def main():
             manifest = read_json(os.path.join(params["models_dir"], mf.MANIFESTS, key + ".json"))
         snapshot = where["snapshot"]
         present = mf.walk(snapshot) if snapshot and os.path.isdir(snapshot) else {}
-        index_text = mf._read_text(os.path.join(snapshot, mf.INDEX)) if snapshot else None  # pylint: disable=protected-access
+        index_text = mf.read_text(os.path.join(snapshot, mf.INDEX)) if snapshot else None
         checksums = None
         if params["verify_checksums"] and manifest:
             checksums = {p: mf.sha256_of(os.path.join(snapshot, p)) for p, meta in manifest.get("files", {}).items()

@@ -10,7 +10,7 @@ import urllib.request
 import docker
 import pytest
 
-from runner import ROOT, run
+from runner import ROOT, recap, run
 
 pytestmark = pytest.mark.slow
 
@@ -21,16 +21,6 @@ WORKER_RAY = "dgx-spark-ray-sim-worker1"
 
 def playbook(name, *extra, log=None, check=False):
     return run(log or name, ["ansible-playbook", "playbooks/%s.yml" % name] + list(extra), check=check, timeout=1800)
-
-
-def recap(output):
-    """{host: {"changed": n, "failed": n, "unreachable": n}} from a PLAY RECAP."""
-    hosts = {}
-    for line in output.split("PLAY RECAP")[-1].splitlines():
-        parts = line.split()
-        if len(parts) > 3 and parts[1] == ":":
-            hosts[parts[0]] = {k: int(v) for k, v in (p.split("=") for p in parts[2:] if "=" in p)}
-    return hosts
 
 
 def our_containers(client):

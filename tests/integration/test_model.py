@@ -13,7 +13,7 @@ import docker
 import pytest
 import yaml
 
-from runner import ROOT, run
+from runner import ROOT, recap, run
 
 pytestmark = pytest.mark.slow
 
@@ -39,15 +39,6 @@ def empty(folder):
 
 def model_yml(*extra, log="model", check=False):
     return run(log, ["ansible-playbook", "playbooks/model.yml"] + list(extra), check=check, timeout=1800)
-
-
-def recap(output):
-    hosts = {}
-    for line in output.split("PLAY RECAP")[-1].splitlines():
-        parts = line.split()
-        if len(parts) > 3 and parts[1] == ":":
-            hosts[parts[0]] = {k: int(v) for k, v in (p.split("=") for p in parts[2:] if "=" in p)}
-    return hosts
 
 
 def hub_requests(since):

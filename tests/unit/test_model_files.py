@@ -48,7 +48,7 @@ def make_cache(models_dir, manifest, skip=(), sizes=None):
 
 
 def judge(snapshot, manifest):
-    index = mf._read_text(os.path.join(snapshot, mf.INDEX))  # pylint: disable=protected-access
+    index = mf.read_text(os.path.join(snapshot, mf.INDEX))
     return mf.check(mf.walk(snapshot), manifest, index)
 
 
