@@ -48,11 +48,18 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
-        validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC,
-                                                       mutually_exclusive=[("profile", "profile_file")],
-                                                       required_one_of=[("profile", "profile_file")])
+        validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         del validation
         task_vars = task_vars or {}
+        if not args["profile"] and not args["profile_file"]:
+            raise AnsibleActionFail("no profile: set vllm_profile to a profile name (%s) or vllm_profile_file to a profile "
+                                    "of your own (docs/profiles.md)" % ", ".join(profiles.available(list(args["profile_dirs"])
+                                                                                                     + [COLLECTION_PROFILES])))
+        notes = []
+        if args["profile"] and args["profile_file"]:
+            # -e vllm_profile_file=... over an inventory that names a profile: the file is the later, stronger choice.
+            notes.append("vllm_profile_file %s is used; vllm_profile %s is ignored (set only one of them)"
+                         % (args["profile_file"], args["profile"]))
         try:
             if args["profile_file"]:
                 profile = profiles.load(args["profile_file"])
@@ -77,6 +84,7 @@ class ActionModule(ActionBase):
                 "roce": probe.get("roce"),
                 "image": probe.get("image"),
                 "image_id": probe.get("image_id"),
+                "serving_hashes": probe.get("serving_hashes") or [],
             }
         image_info = (nodes.get(heads[0], {}) if heads else {}).get("image")
         inputs = {
@@ -94,6 +102,7 @@ class ActionModule(ActionBase):
             "image_info": image_info,
         }
         plan = planner.make_plan(inputs, stage=args["stage"])
+        plan["warnings"] = notes + plan["warnings"]
         images = {h: n["image_id"] for h, n in nodes.items() if n.get("image_id")}
         missing = sorted(h for h, n in nodes.items() if not n.get("image_id"))
         if len(set(images.values())) > 1:

@@ -113,8 +113,55 @@ def kv_bytes_per_token(config, tp=1, pp=1, kv_dtype="auto", model_dtype="bfloat1
         latent = int(cfg["kv_lora_rank"]) + _int(cfg, "qk_rope_head_dim", default=0)
         return int(stage_kv_layers * latent * dtype_bytes)
     dummy, kv = kv_heads(cfg)
-    per_rank_heads = max(1, kv // tp)
-    return int(2 * stage_kv_layers * per_rank_heads * head_dim(cfg) * dtype_bytes)
+    return int(2 * stage_kv_layers * kv_heads_per_rank(kv, tp) * head_dim(cfg) * dtype_bytes)
+
+
+def kv_heads_per_rank(kv, tp):
+    """KV heads one TP rank holds: kv/TP; replicated (1) when TP > kv; rounded up when TP shards them
+    unevenly (an image with virtual head sharding, such as the MiniMax-M3 TP=3 fork: 4 heads over 3 ranks
+    leave 2 on some rank, and every rank is planned for the largest share)."""
+    if kv <= tp:
+        return 1
+    return int(math.ceil(kv / float(tp)))
+
+
+def mamba_layers(config):
+    """Number of Mamba (state-space) layers of a hybrid model (0 for a pure attention model)."""
+    config = text_config(config)
+    pattern = config.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return pattern.count("M")
+    types = config.get("layers_block_type") or config.get("layer_types")
+    if isinstance(types, list):
+        return sum(1 for t in types if t in ("mamba", "linear_attention"))
+    return 0
+
+
+def mamba_state_bytes(config, tp=1, state_dtype=None):
+    """Bytes of Mamba-2 state one sequence holds on one TP rank, whatever its length.
+
+    vLLM ``mamba2_state_shape``: per Mamba layer a convolution state of ``(conv_kernel - 1) x
+    (mamba_num_heads x mamba_head_dim + 2 x n_groups x ssm_state_size) / TP`` and an SSM state of
+    ``mamba_num_heads / TP x mamba_head_dim x ssm_state_size``, both in the SSM cache dtype
+    (``mamba_ssm_cache_dtype`` of config.json, else the model's dtype).
+    """
+    cfg = text_config(config)
+    layers = mamba_layers(cfg)
+    if not layers:
+        return 0
+    heads = _int(cfg, "mamba_num_heads", default=0)
+    head = _int(cfg, "mamba_head_dim", default=0)
+    state = _int(cfg, "ssm_state_size", "mamba_d_state", default=0)
+    groups = _int(cfg, "n_groups", default=1)
+    kernel = _int(cfg, "conv_kernel", "mamba_d_conv", default=4)
+    if not heads or not head or not state:
+        raise MemoryPlanError("config.json of a hybrid model needs mamba_num_heads, mamba_head_dim and ssm_state_size")
+    dtype = state_dtype if state_dtype not in (None, "", "auto") else cfg.get("mamba_ssm_cache_dtype") or cfg.get("torch_dtype") or "bfloat16"
+    if dtype not in DTYPE_BYTES:
+        raise MemoryPlanError("unknown Mamba state dtype %r" % dtype)
+    conv = (kernel - 1) * (heads * head + 2 * groups * state) // tp
+    ssm = (heads // tp) * head * state
+    return int(layers * (conv + ssm) * DTYPE_BYTES[dtype])
 
 
 def head_divisibility(config, tp):
@@ -128,78 +175,134 @@ def head_divisibility(config, tp):
     return reasons
 
 
+def rank_weights(weights_bytes, ranks, edge_factor=1.0):
+    """Weights each rank holds, in rank order: an even share, times ``edge_factor`` on the first and the
+    last rank (embeddings, the LM head, replicated norms and router gates do not split evenly; seed 000's
+    head held an 84 GB shard of a 243 GB model on 3 nodes, 1.037 x the even 81 GB)."""
+    if not weights_bytes or ranks < 1:
+        return [0] * max(ranks, 0)
+    share = weights_bytes / float(ranks)
+    return [int(math.ceil(share * (edge_factor if rank in (0, ranks - 1) else 1.0))) for rank in range(ranks)]
+
+
 def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtype="auto", model_dtype="bfloat16",
          weights_bytes=0, overhead_bytes=4 * GIB, kv_cache_bytes=None, block_size=DEFAULT_BLOCK_SIZE,
-         headroom_bytes=2 * GIB, balance_tolerance_bytes=4 * GIB):
-    """Memory plan for ``nodes`` (name -> {"mem_total_bytes", "mem_available_bytes"}).
+         headroom_bytes=2 * GIB, balance_tolerance_bytes=4 * GIB, order=None, runtime_bytes=0,
+         headroom_floor_bytes=None, edge_factor=1.0, proven_utilization=None, mamba_dtype=None, allow_long_context=False):
+    """Memory plan for ``nodes`` (name -> {"mem_total_bytes", "mem_available_bytes"} and optionally
+    "cuda_total_bytes", "held_bytes", "unchanged"), ranks in ``order`` (default: sorted names).
 
-    ``kv_cache_bytes`` fixes the KV cache per rank (``--kv-cache-memory-bytes``, or
-    ``VLLM_CPU_KVCACHE_SPACE`` on the CPU build) instead of deriving it from the utilization.
-    Returns a dict with per-node figures, the largest context that fits, a recommended utilization,
-    and ``fits`` with ``reasons``.
+    - vLLM requests ``ceil(cuda_total x utilization)`` where ``cuda_total`` is what CUDA reports (on a GB10
+      119.67 GiB, not MemTotal's 121.7), and refuses to start when MemAvailable is below it.
+    - Inside that request: this rank's weights, ``overhead_bytes`` (activations, graphs), and the KV cache.
+    - Outside it: ``runtime_bytes`` that the serving processes use beside the pool (CUDA context, Python, Ray).
+      What is left of MemAvailable is the headroom the OS keeps; below ``headroom_floor_bytes`` it is refused.
+    - A node whose own deployment runs unchanged (``unchanged``) keeps its memory: what it holds
+      (``held_bytes``) is credited, and its headroom is the MemAvailable measured now.
+    - ``kv_cache_bytes`` fixes the KV cache per rank (``--kv-cache-memory-bytes``, or
+      ``VLLM_CPU_KVCACHE_SPACE`` on the CPU build) instead of deriving it from the utilization.
+    - Hybrid models hold a constant Mamba state per sequence beside the KV of their attention layers;
+      the concurrency that fits counts both.
+    Without ``max_model_len`` vLLM takes the model's ``max_position_embeddings``, and so does the plan; with
+    ``allow_long_context`` (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) the largest context is not capped by it.
+    Returns per-node figures, the largest context that fits, a recommended utilization (never above
+    ``proven_utilization``, what the deployments proved), and ``fits`` with ``reasons``.
     """
     per_token = kv_bytes_per_token(config, tp, pp, kv_dtype, model_dtype)
+    per_sequence = mamba_state_bytes(config, tp, mamba_dtype)
+    order = list(order or sorted(nodes))
     ranks = tp * pp
-    weights_per_rank = int(math.ceil(weights_bytes / float(ranks))) if weights_bytes else 0
+    shares = rank_weights(weights_bytes, ranks, edge_factor)
     cfg = text_config(config)
     model_max = _int(cfg, "max_position_embeddings", "max_sequence_length", "seq_length")
+    floor_bytes = headroom_floor_bytes if headroom_floor_bytes is not None else 0
+    max_model_len = max_model_len or model_max
     reasons, warnings, per_node = [], [], {}
-    for name in sorted(nodes):
-        memory = nodes[name] or {}
+    for rank, name in enumerate(order):
+        memory = nodes.get(name) or {}
         total = int(memory.get("mem_total_bytes") or 0)
+        cuda_total = int(memory.get("cuda_total_bytes") or total)
         available = int(memory.get("mem_available_bytes") or 0)
-        requested = int(math.ceil(total * utilization))
+        unchanged = bool(memory.get("unchanged"))
+        held = int(memory.get("held_bytes") or 0) if unchanged else 0
+        usable = available + held
+        requested = int(math.ceil(cuda_total * utilization))
+        weights = shares[rank] if rank < len(shares) else (shares[-1] if shares else 0)
         if kv_cache_bytes is not None:
             kv_bytes = int(kv_cache_bytes)
         else:
-            kv_bytes = max(0, requested - weights_per_rank - overhead_bytes)
+            kv_bytes = max(0, requested - weights - overhead_bytes)
         tokens = (kv_bytes // per_token) // block_size * block_size if per_token else 0
+        sequence_bytes = per_token * (max_model_len or 0) + per_sequence
+        concurrency = kv_bytes // sequence_bytes if sequence_bytes and max_model_len else None
+        headroom = available if unchanged else available - requested - runtime_bytes
         entry = {
+            "rank": rank,
             "mem_total_bytes": total,
+            "cuda_total_bytes": cuda_total,
             "mem_available_bytes": available,
+            "serving_unchanged": unchanged,
+            "held_bytes": held,
             "requested_bytes": requested,
-            "weights_bytes": weights_per_rank,
+            "weights_bytes": weights,
             "overhead_bytes": overhead_bytes if kv_cache_bytes is None else None,
+            "runtime_bytes": runtime_bytes,
             "kv_cache_bytes": kv_bytes,
+            "kv_bytes_per_token": per_token,
+            "mamba_state_bytes_per_sequence": per_sequence,
             "kv_tokens": tokens,
+            "max_concurrency": concurrency,
+            "headroom_bytes": headroom,
             "fits": True,
         }
-        if available < requested:
+        if usable < requested:
             entry["fits"] = False
-            reasons.append("%s: vLLM requests %.1f GiB (%.2f of %.1f GiB) but only %.1f GiB is available; short by %.1f GiB. "
-                           "Drop page caches, free memory, or lower gpu_memory_utilization to %.2f"
-                           % (name, requested / GIB, utilization, total / GIB, available / GIB, (requested - available) / GIB,
-                              max(0.0, math.floor(100.0 * (available - headroom_bytes) / total) / 100.0) if total else 0.0))
+            reasons.append("%s: vLLM requests %.1f GiB (%.2f of the %.2f GiB CUDA reports) but only %.1f GiB is available; "
+                           "short by %.1f GiB. Drop page caches, free memory, or lower gpu_memory_utilization to %.2f"
+                           % (name, requested / GIB, utilization, cuda_total / GIB, usable / GIB, (requested - usable) / GIB,
+                              max(0.0, math.floor(100.0 * (usable - runtime_bytes - max(floor_bytes, headroom_bytes)) / cuda_total) / 100.0)
+                              if cuda_total else 0.0))
+        elif headroom_floor_bytes is not None and headroom < headroom_floor_bytes and not unchanged:
+            entry["fits"] = False
+            reasons.append("%s: after vLLM's %.1f GiB and %.1f GiB for its processes, %.1f GiB would be left to the OS, below the "
+                           "%.1f GiB floor (a starved Spark stops answering SSH); lower gpu_memory_utilization to %.2f, or free "
+                           "memory on %s" % (name, requested / GIB, runtime_bytes / GIB, headroom / GIB, headroom_floor_bytes / GIB,
+                                            max(0.0, math.floor(100.0 * (available - runtime_bytes - headroom_floor_bytes)
+                                                                / cuda_total) / 100.0) if cuda_total else 0.0, name))
         if kv_cache_bytes is None and kv_bytes <= 0:
             entry["fits"] = False
-            reasons.append("%s: the weights (%.1f GiB per rank) and overhead (%.1f GiB) leave no room for the KV cache "
-                           "within %.1f GiB" % (name, weights_per_rank / GIB, overhead_bytes / GIB, requested / GIB))
+            reasons.append("%s: the weights (%.1f GiB on rank %d) and overhead (%.1f GiB) leave no room for the KV cache "
+                           "within %.1f GiB" % (name, weights / GIB, rank, overhead_bytes / GIB, requested / GIB))
         elif max_model_len and tokens < max_model_len:
             entry["fits"] = False
             reasons.append("%s: the KV cache holds %d tokens, fewer than max_model_len %d; lower max_model_len to %d "
                            "or raise gpu_memory_utilization" % (name, tokens, max_model_len, tokens))
         per_node[name] = entry
 
-    availables = [e["mem_available_bytes"] for e in per_node.values() if e["mem_total_bytes"]]
+    availables = [e["mem_available_bytes"] + e["held_bytes"] for e in per_node.values() if e["mem_total_bytes"]]
     if len(availables) > 1 and max(availables) - min(availables) > balance_tolerance_bytes:
-        low = min(per_node, key=lambda n: per_node[n]["mem_available_bytes"])
-        high = max(per_node, key=lambda n: per_node[n]["mem_available_bytes"])
+        low = min(per_node, key=lambda n: per_node[n]["mem_available_bytes"] + per_node[n]["held_bytes"])
+        high = max(per_node, key=lambda n: per_node[n]["mem_available_bytes"] + per_node[n]["held_bytes"])
         figures = (low, per_node[low]["mem_available_bytes"] / GIB, high, per_node[high]["mem_available_bytes"] / GIB, low)
         warnings.append("free memory is unbalanced: %s has %.1f GiB available, %s %.1f GiB; the slow rank times out. "
                         "Drop caches or free memory on %s" % figures)
 
     tokens_all = [e["kv_tokens"] for e in per_node.values()] or [0]
     max_context = min(tokens_all)
-    if model_max:
+    if model_max and not allow_long_context:
         max_context = min(max_context, model_max)
-    totals = [e["mem_total_bytes"] for e in per_node.values() if e["mem_total_bytes"]]
     recommended = None
-    if totals and availables:
-        fraction = min((e["mem_available_bytes"] - headroom_bytes) / float(e["mem_total_bytes"])
-                       for e in per_node.values() if e["mem_total_bytes"])
+    if per_node and availables:
+        keep = runtime_bytes + (floor_bytes if headroom_floor_bytes is not None else headroom_bytes)
+        fraction = min((e["mem_available_bytes"] + e["held_bytes"] - keep) / float(e["cuda_total_bytes"])
+                       for e in per_node.values() if e["cuda_total_bytes"])
         recommended = max(0.0, min(0.95, math.floor(fraction * 100) / 100.0))
+        if proven_utilization:
+            recommended = min(recommended, float(proven_utilization))
+    concurrencies = [e["max_concurrency"] for e in per_node.values() if e["max_concurrency"] is not None]
     return {
         "kv_bytes_per_token": per_token,
+        "mamba_state_bytes_per_sequence": per_sequence,
         "kv_dtype": kv_dtype,
         "attention_layers": attention_layers(cfg)[0],
         "mla": is_mla(cfg),
@@ -208,7 +311,10 @@ def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtyp
         "max_model_len": max_model_len,
         "model_max_context": model_max,
         "max_context_tokens": max_context,
+        "max_concurrency": min(concurrencies) if concurrencies else None,
+        "headroom_floor_bytes": headroom_floor_bytes,
         "recommended_gpu_memory_utilization": recommended,
+        "proven_gpu_memory_utilization": proven_utilization,
         "nodes": per_node,
         "fits": not reasons,
         "reasons": reasons,

@@ -7,7 +7,8 @@ Every value here is per node: GID indexes differ between Sparks and drift after 
 interface names can differ, so nothing is computed once for the cluster. Sources: NCCL's
 ``net_ib`` and ``socket`` code (exact-match ``=`` lists, automatic GID choice since 2.21,
 ``NCCL_NET`` restricting the transport), NVIDIA's DGX Spark playbooks (``UCX_NET_DEVICES``,
-``GLOO_SOCKET_IFNAME``, ``TP_SOCKET_IFNAME`` set to the fabric interface) and the porting guide
+``GLOO_SOCKET_IFNAME``, ``TP_SOCKET_IFNAME``, ``OMPI_MCA_btl_tcp_if_include`` set to the fabric interface; seed 004
+exports the same set) and the porting guide
 (no GPUDirect RDMA on GB10).
 """
 
@@ -36,7 +37,8 @@ def nccl_env(roce, socket_ifname=None, strict=False, ring=False, subnet_prefix_l
       falling back to TCP sockets.
     - ``ring`` (switchless, 3+ nodes): ``NCCL_IB_SUBNET_AWARE_ROUTING=1`` (NCCL >= 2.30.7) with
       ``NCCL_IB_SUBNET_PREFIX_LEN`` matching the per-link subnets, and ``NCCL_ALGO=Ring``.
-    - no RoCE (or ``roce_enabled`` false): sockets and Gloo only, ``NCCL_IB_DISABLE=1``.
+    - no RoCE (or ``roce_enabled`` false): sockets and Gloo only, ``NCCL_IB_DISABLE=1`` and
+      ``NCCL_P2P_DISABLE=1``, as the 2-node MXFP4 deployment ran (seed 001).
     """
     who = "%s: " % host if host else ""
     roce = roce or {}
@@ -50,6 +52,7 @@ def nccl_env(roce, socket_ifname=None, strict=False, ring=False, subnet_prefix_l
         "GLOO_SOCKET_IFNAME": ifname,
         "TP_SOCKET_IFNAME": ifname,
         "UCX_NET_DEVICES": ifname,
+        "OMPI_MCA_btl_tcp_if_include": ifname,
     }
     if not hca:
         if strict:
@@ -59,6 +62,7 @@ def nccl_env(roce, socket_ifname=None, strict=False, ring=False, subnet_prefix_l
             raise NcclEnvError("%sa switchless ring needs RoCE on every node, but %s" % (
                 who, "RoCE is disabled" if not roce_enabled else "no ACTIVE port has an IPv4 RoCE v2 GID"))
         env["NCCL_IB_DISABLE"] = "1"
+        env["NCCL_P2P_DISABLE"] = "1"  # the sockets-only settings of the 2-node MXFP4 deployment (seed 001)
         return env
     env.update({
         "NCCL_IB_DISABLE": "0",

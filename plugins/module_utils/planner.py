@@ -29,6 +29,19 @@ OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for pla
 RAY_PORT = 6379
 MASTER_PORT = 29501
 GIB = 1024 ** 3
+# The pool vLLM sizes on a GB10 is CUDA's total, 119.67 GiB: "Free memory on device cuda:0 (11.19/119.67 GiB)"
+# (seed 001, line 30), and "119.7 GB GPU memory per node" (seed 003, line 10); MemTotal says 121.7 GiB.
+GB10_CUDA_TOTAL_BYTES = int(119.67 * GIB)
+# What the serving processes use beside vLLM's pool (CUDA context, API server, Ray): seed 004 had 18.2 GiB
+# available while serving at 0.75 on a node that starts at 117.3 GiB available (our captured idle GB10):
+# 117.3 - ceil(119.67 x 0.75) - 18.2 = 9.35 GiB.
+RUNTIME_BYTES = int(9.35 * GIB)
+# The 6 GB warning floor seed 004 kept while pushing the context to 1M tokens (fact 21: a starved Spark stops
+# answering SSH).
+HEADROOM_FLOOR_BYTES = 6 * GIB
+# The first and last ranks hold more than an even share: seed 000's head held an 84 GB shard of a 243 GB model
+# on 3 nodes (line 6), 84 / 81 = 1.037.
+EDGE_RANK_WEIGHT_FACTOR = 84.0 / 81.0
 
 DEFAULT_SETTINGS = {
     "cluster_name": "dgx-spark",
@@ -54,6 +67,7 @@ DEFAULT_SETTINGS = {
     "ray_port": RAY_PORT,
     "master_port": MASTER_PORT,
     "api_key_file": None,
+    "memory_headroom_floor_gib": None,  # None: the profile's memory.headroom_floor_bytes, else HEADROOM_FLOOR_BYTES
 }
 
 # Names vLLM's Ray executor must never copy from the driver over a worker's own value (fact 7).
@@ -140,6 +154,9 @@ def transport(inputs, plan):
     settings = inputs["settings"]
     mode = settings["nccl_transport"]
     if mode == "socket":
+        if settings["nccl_strict"]:
+            plan.warn("vllm_nccl_transport is socket, so strict mode (vllm_nccl_strict, NCCL_NET=IB) is off for this run: "
+                      "NCCL uses TCP sockets by choice")
         return False
     with_roce, without = [], []
     for name in inputs["order"]:
@@ -182,7 +199,7 @@ def node_environment(inputs, plan, use_roce):
         if settings["offline"] and not node.get("roce"):
             roce = {"nccl_ib_hca": "<ACTIVE RoCE ports, probed on %s>" % name, "nccl_gid_index": "<probed on %s>" % name}
         try:
-            env.update(nccl_env(roce, socket_ifname=ifname, strict=settings["nccl_strict"], ring=bool(ring),
+            env.update(nccl_env(roce, socket_ifname=ifname, strict=settings["nccl_strict"] and settings["nccl_transport"] != "socket", ring=bool(ring),
                                 subnet_prefix_len=ring.get("subnet_prefix_len", 24), roce_enabled=use_roce, host=name))
         except NcclEnvError as exc:
             plan.error(name, ifname, str(exc))
@@ -228,7 +245,10 @@ def common_environment(inputs, parallel, use_roce):
     for key, value in (inputs["profile"].get("env") or {}).items():
         env[key] = str(value)
     for key, value in (inputs.get("extra_env") or {}).items():
-        env[key] = str(value)
+        if value is None:  # vllm_extra_env: {NAME: null} takes a variable out (restores a write-up that lacks it)
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
     return env
 
 
@@ -280,10 +300,11 @@ def model_revision(inputs):
 def serve_argv(inputs, parallel, flags, utilization, max_len, rank, head_ip):
     profile = inputs["profile"]
     model = profile["model"]
-    argv = ["vllm", "serve", model["id"],
-            "--served-model-name", model.get("served_name") or model["id"],
-            "--host", "0.0.0.0", "--port", str(inputs["settings"]["port"]),
-            "--tensor-parallel-size", str(parallel["tensor_parallel_size"])]
+    argv = ["vllm", "serve", model["id"]]
+    if model.get("served_name"):  # else vLLM serves the model under its id, as the write-ups that name none
+        argv += ["--served-model-name", model["served_name"]]
+    argv += ["--host", "0.0.0.0", "--port", str(inputs["settings"]["port"]),
+             "--tensor-parallel-size", str(parallel["tensor_parallel_size"])]
     if parallel["pipeline_parallel_size"] > 1:
         argv += ["--pipeline-parallel-size", str(parallel["pipeline_parallel_size"])]
     if parallel["data_parallel_size"] > 1:
@@ -305,7 +326,36 @@ def serve_argv(inputs, parallel, flags, utilization, max_len, rank, head_ip):
     return argv
 
 
-def memory(inputs, plan, parallel, utilization, max_len):
+def cuda_total(memory):
+    """What CUDA reports as the device's memory: on a GB10 (unified) 119.67 GiB, else MemTotal."""
+    total = int(memory.get("mem_total_bytes") or 0)
+    gpu = memory.get("gpu") or {}
+    if memory.get("unified") and "GB10" in str(gpu.get("name") or ""):
+        return min(total, GB10_CUDA_TOTAL_BYTES)
+    return total
+
+
+def node_memory(inputs, node_hashes):
+    """Each probed node's memory facts for the memory plan, crediting a deployment of ours that runs unchanged.
+
+    A node whose running container carries the planned config hash keeps what its processes hold
+    (``gpu_process_bytes``: vLLM's pool is invisible to MemAvailable's accounting of free memory); a node running
+    another configuration of ours gets no credit: its memory is freed only by a clean stop (fact 3).
+    """
+    nodes = {}
+    for name in inputs["order"]:
+        facts = inputs["nodes"][name]
+        memory = facts.get("memory")
+        if not memory:
+            continue
+        serving = [h for h in (facts.get("serving_hashes") or []) if h]
+        unchanged = bool(serving) and node_hashes.get(name) in serving
+        nodes[name] = dict(memory, cuda_total_bytes=cuda_total(memory), unchanged=unchanged,
+                           held_bytes=int(memory.get("gpu_process_bytes") or 0) if unchanged else 0)
+    return nodes
+
+
+def memory(inputs, plan, parallel, flags, utilization, max_len, node_hashes):
     profile = inputs["profile"]
     config = inputs.get("model_config") or (profile.get("model") or {}).get("config")
     if not config:
@@ -321,23 +371,31 @@ def memory(inputs, plan, parallel, utilization, max_len):
             plan.error("all", tp, "%s of %s; vLLM would fail inside the engine. Choose a TP that divides them "
                        "(another node count) or an image that shards heads unevenly" % (reason, profile["model"]["id"]))
     model_max = memory_plan._int(memory_plan.text_config(config), "max_position_embeddings", "max_sequence_length")
-    allow_long = str((inputs["profile"].get("env") or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")) == "1"
+    allow_long = str(common_env_value(inputs, "VLLM_ALLOW_LONG_MAX_MODEL_LEN")) == "1"
     if max_len and model_max and max_len > model_max and not allow_long:
         plan.error("all", max_len, "max_model_len %d exceeds the model's %d tokens (max_position_embeddings of %s); vLLM "
-                   "refuses it. Lower vllm_max_model_len to %d or less" % (max_len, model_max, profile["model"]["id"], model_max))
-    nodes = {name: inputs["nodes"][name].get("memory") for name in inputs["order"] if inputs["nodes"][name].get("memory")}
+                   "refuses it. Lower vllm_max_model_len to %d or less, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the "
+                   "profile's env" % (max_len, model_max, profile["model"]["id"], model_max))
+    nodes = node_memory(inputs, node_hashes)
     mem = profile.get("memory") or {}
+    floor_gib = inputs["settings"].get("memory_headroom_floor_gib")
+    floor = int(float(floor_gib) * GIB) if floor_gib not in (None, "") else mem.get("headroom_floor_bytes", HEADROOM_FLOOR_BYTES)
     weights = inputs.get("weights_bytes") or profile["model"].get("weights_bytes") or 0
     try:
         result = memory_plan.plan(
             config, nodes, tp=tp, pp=parallel["pipeline_parallel_size"], utilization=utilization, max_model_len=max_len,
             kv_dtype=(profile.get("vllm") or {}).get("kv_cache_dtype", "auto"), model_dtype=profile["model"].get("dtype", "bfloat16"),
             weights_bytes=weights, overhead_bytes=mem.get("overhead_bytes", 4 * GIB), kv_cache_bytes=mem.get("kv_cache_bytes"),
-            block_size=mem.get("block_size", memory_plan.DEFAULT_BLOCK_SIZE))
+            block_size=mem.get("block_size", memory_plan.DEFAULT_BLOCK_SIZE), order=[n for n in inputs["order"] if n in nodes],
+            runtime_bytes=mem.get("runtime_bytes", RUNTIME_BYTES), headroom_floor_bytes=floor,
+            edge_factor=mem.get("edge_rank_weight_factor", EDGE_RANK_WEIGHT_FACTOR),
+            proven_utilization=mem.get("proven_utilization"), mamba_dtype=flags.get("--mamba-ssm-cache-dtype"),
+            allow_long_context=allow_long)
     except memory_plan.MemoryPlanError as exc:
         plan.error("all", None, "memory plan of %s: %s" % (profile["name"], exc))
         return None
     result["config_source"] = "config.json" if inputs.get("model_config") else profile["model"].get("config_source", "profile")
+    result["proven_utilization_source"] = mem.get("proven_utilization_source")
     if nodes:
         for reason in result["reasons"]:
             host = reason.split(":", 1)[0]
@@ -345,6 +403,14 @@ def memory(inputs, plan, parallel, utilization, max_len):
     for warning in result["warnings"]:
         plan.warn(warning)
     return result
+
+
+def common_env_value(inputs, key):
+    """A variable of the environment every rank gets: the inventory's vllm_extra_env over the profile's env."""
+    extra = inputs.get("extra_env") or {}
+    if key in extra:
+        return extra[key]
+    return (inputs["profile"].get("env") or {}).get(key)
 
 
 def container_base(inputs, name, role, env):
@@ -413,7 +479,6 @@ def make_plan(inputs, stage="full"):
     node_env = node_environment(inputs, plan, use_roce)
     common = common_environment(inputs, parallel, use_roce)
     flags, utilization, max_len = serve_flags(inputs, plan, parallel)
-    mem = memory(inputs, plan, parallel, utilization, max_len)
     head_ip = str(inputs["nodes"][head]["fabric_ip"])
     image = inputs.get("image_info") or {}
     non_carry = sorted(set(k for env in node_env.values() for k in env) | set(ALWAYS_NODE_LOCAL) | set(SECRETS))
@@ -441,7 +506,7 @@ def make_plan(inputs, stage="full"):
         if inputs["backend"] == "ray":
             spec, state = container_base(inputs, name, "ray", env)
             command = ["ray", "start", "--node-ip-address", entry["fabric_ip"], "--num-gpus", str(settings["gpus_per_node"]),
-                       "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats", "--block"]
+                       "--object-store-memory", str((inputs["profile"].get("ray") or {}).get("object_store_memory", OBJECT_STORE_BYTES)), "--disable-usage-stats", "--block"]
             if name == head:
                 command[2:2] = ["--head", "--port", str(settings["ray_port"]), "--include-dashboard=false"]
             else:
@@ -471,12 +536,14 @@ def make_plan(inputs, stage="full"):
         serve = nodes[head]["serve"]
         serve["config_hash"] = digest({"argv": serve["argv"], "nodes": [nodes[n]["config_hash"] for n in order]})
 
+    mem = memory(inputs, plan, parallel, flags, utilization, max_len, {n: nodes[n]["config_hash"] for n in nodes})
     port = settings["port"]
     public = settings["public_url"] or "http://%s:%d" % (head_ip, port)
     result.update({
         "ok": not plan.errors,
         "errors": plan.errors,
         "warnings": plan.warnings,
+        "deviations": inputs["profile"].get("deviations") or [],
         "cluster": {
             "name": settings["cluster_name"],
             "image": settings["image"],

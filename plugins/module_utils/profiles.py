@@ -24,10 +24,12 @@ SCHEMA = {
     "model": dict,
     "parallel": dict,
     "backend": str,
+    "ray": dict,
     "vllm": dict,
     "env": dict,
     "container": dict,
     "memory": dict,
+    "deviations": list,
     "smoke_tests": list,
     "notes": list,
 }
@@ -36,10 +38,27 @@ MODEL_KEYS = {"id": str, "served_name": str, "dtype": str, "weights_bytes": int,
               "revision": str}
 PARALLEL_KEYS = {"nodes": int, "tensor": int, "pipeline": int, "data": int, "expert": bool, "allow_uneven_heads": bool,
                  "uneven_heads_reason": str}
+RAY_KEYS = {"object_store_memory": int}
 VLLM_KEYS = {"gpu_memory_utilization": float, "max_model_len": int, "kv_cache_dtype": str, "flags": dict,
              "optional_flags": list, "eager_reason": str}
-MEMORY_KEYS = {"overhead_bytes": int, "kv_cache_bytes": int, "block_size": int}
+MEMORY_KEYS = {"overhead_bytes": int, "kv_cache_bytes": int, "block_size": int, "runtime_bytes": int,
+               "headroom_floor_bytes": int, "edge_rank_weight_factor": float, "proven_utilization": float,
+               "proven_utilization_source": str}
 CONTAINER_KEYS = {"shm_size": str, "extra_volumes": list}
+DEVIATION_KEYS = {"what": str, "writeup": str, "profile": str, "reason": str, "restore": dict}
+SMOKE_KINDS = ("chat", "no_control_tokens", "tool_call", "reasoning")
+# Inventory variables a deviation may name to restore the write-up's value, and the planner input each one sets
+# (the preflight role passes them in exactly these places; tests/static checks that it does).
+RESTORE_VARIABLES = {
+    "vllm_nccl_transport": ("settings", "nccl_transport"),
+    "vllm_memory_headroom_floor_gib": ("settings", "memory_headroom_floor_gib"),
+    "vllm_gpu_memory_utilization": ("overrides", "gpu_memory_utilization"),
+    "vllm_max_model_len": ("overrides", "max_model_len"),
+    "vllm_extra_flags": ("extra_flags", None),
+    "vllm_extra_env": ("extra_env", None),
+}
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a mapping",
+               list: "a list"}
 
 
 class ProfileError(Exception):
@@ -50,43 +69,67 @@ def _check(mapping, keys, where):
     errors = []
     for key, value in mapping.items():
         if key not in keys:
-            errors.append("%s: unknown key %r (known: %s)" % (where, key, ", ".join(sorted(keys))))
+            errors.append("%s: unknown key %r (value %r); fix the spelling or remove it. Known keys: %s"
+                          % (where, key, value, ", ".join(sorted(keys))))
             continue
         want = keys[key]
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             continue
-        if want is int and isinstance(value, bool):
-            errors.append("%s.%s must be an integer, got %r" % (where, key, value))
-        elif not isinstance(value, want):
-            errors.append("%s.%s must be %s, got %r" % (where, key, want.__name__, value))
+        if (want is int and isinstance(value, bool)) or not isinstance(value, want):
+            errors.append("%s.%s is %r; it must be %s" % (where, key, value, _TYPE_NAMES[want]))
     return errors
 
 
 def validate(profile, path):
     """Return the list of problems in a loaded profile (empty when it is well formed)."""
     if not isinstance(profile, dict):
-        return ["%s: a profile is a mapping, got %s" % (path, type(profile).__name__)]
+        return ["%s: a profile is a mapping of keys (name, model, parallel, vllm, ...), got %s; see docs/profiles.md"
+                % (path, type(profile).__name__)]
     errors = _check(profile, SCHEMA, path)
-    errors += ["%s: missing required key %r" % (path, key) for key in REQUIRED if key not in profile]
-    for section, keys in (("model", MODEL_KEYS), ("parallel", PARALLEL_KEYS), ("vllm", VLLM_KEYS),
+    errors += ["%s: the required key %r is missing; add it (see docs/profiles.md)" % (path, key)
+               for key in REQUIRED if key not in profile]
+    for section, keys in (("model", MODEL_KEYS), ("parallel", PARALLEL_KEYS), ("vllm", VLLM_KEYS), ("ray", RAY_KEYS),
                           ("memory", MEMORY_KEYS), ("container", CONTAINER_KEYS)):
         if isinstance(profile.get(section), dict):
             errors += _check(profile[section], keys, "%s: %s" % (path, section))
     model = profile.get("model") or {}
     if isinstance(model, dict) and not model.get("id"):
-        errors.append("%s: model.id is required (a Hugging Face repository or a path inside the container)" % path)
-    for key, value in (profile.get("env") or {}).items():
+        errors.append("%s: model.id is missing; set it to a Hugging Face repository (org/name) or a path under /models" % path)
+    for key, value in (profile.get("env") or {}).items() if isinstance(profile.get("env"), dict) else ():
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            errors.append("%s: env.%s must be a string or number, got %r" % (path, key, value))
+            errors.append("%s: env.%s is %r; quote it as a string (\"%s\")" % (path, key, value, value))
+    vllm = profile.get("vllm") if isinstance(profile.get("vllm"), dict) else {}
+    for flag, value in (vllm.get("flags") or {}).items() if isinstance(vllm.get("flags"), dict) else ():
+        if not str(flag).startswith("-"):
+            errors.append("%s: vllm.flags key %r is not a flag; write it as vLLM does (--%s)" % (path, flag, flag))
+        if isinstance(value, dict):
+            errors.append("%s: vllm.flags.%s is a mapping; give JSON options as one quoted string" % (path, flag))
+    utilization = vllm.get("gpu_memory_utilization")
+    if isinstance(utilization, (int, float)) and not isinstance(utilization, bool) and not 0 < utilization <= 1:
+        errors.append("%s: vllm.gpu_memory_utilization is %r; it must be above 0 and at most 1" % (path, utilization))
     parallel = profile.get("parallel") or {}
     for key in ("tensor", "pipeline", "data", "nodes"):
         if isinstance(parallel, dict) and key in parallel and (not isinstance(parallel[key], int) or parallel[key] < 1):
             errors.append("%s: parallel.%s must be at least 1, got %r" % (path, key, parallel[key]))
     if profile.get("backend") not in (None, "ray", "mp"):
-        errors.append("%s: backend must be ray or mp, got %r" % (path, profile.get("backend")))
-    for index, test in enumerate(profile.get("smoke_tests") or []):
+        errors.append("%s: backend is %r; it must be ray or mp" % (path, profile.get("backend")))
+    for index, test in enumerate(profile.get("smoke_tests") or [] if isinstance(profile.get("smoke_tests"), list) else []):
         if not isinstance(test, dict) or "name" not in test or "kind" not in test:
-            errors.append("%s: smoke_tests[%d] needs a name and a kind" % (path, index))
+            errors.append("%s: smoke_tests[%d] needs a name and a kind (%s)" % (path, index, ", ".join(SMOKE_KINDS)))
+        elif test["kind"] not in SMOKE_KINDS:
+            errors.append("%s: smoke_tests[%d].kind is %r; it must be one of %s" % (path, index, test["kind"], ", ".join(SMOKE_KINDS)))
+    for index, entry in enumerate(profile.get("deviations") or [] if isinstance(profile.get("deviations"), list) else []):
+        where = "%s: deviations[%d]" % (path, index)
+        if not isinstance(entry, dict):
+            errors.append("%s is %r; each deviation is a mapping of what, writeup, profile, reason, restore" % (where, entry))
+            continue
+        errors += _check(entry, DEVIATION_KEYS, where)
+        errors += ["%s: %r is missing; a deviation says what differs, why, and which inventory variable restores it"
+                   % (where, key) for key in DEVIATION_KEYS if key not in entry]
+        for variable in (entry.get("restore") or {}) if isinstance(entry.get("restore"), dict) else ():
+            if variable not in RESTORE_VARIABLES:
+                errors.append("%s.restore names %r, which is not an inventory variable the planner reads; use one of %s"
+                              % (where, variable, ", ".join(sorted(RESTORE_VARIABLES))))
     return errors
 
 
@@ -121,11 +164,12 @@ def load(path):
         with open(path, encoding="utf-8") as handle:
             profile = yaml.safe_load(handle)
     except OSError as exc:
-        raise ProfileError("cannot read profile %s: %s" % (path, exc.strerror or exc))
+        raise ProfileError("cannot read profile %s: %s; check the path given in vllm_profile_file (relative paths are "
+                           "taken from where ansible-playbook runs)" % (path, exc.strerror or exc))
     except yaml.YAMLError as exc:
-        raise ProfileError("profile %s is not valid YAML: %s" % (path, exc))
+        raise ProfileError("profile %s is not valid YAML; fix the line it names: %s" % (path, exc))
     errors = validate(profile, path)
     if errors:
-        raise ProfileError("; ".join(errors))
+        raise ProfileError("profile %s has %d problem(s):\n- %s" % (path, len(errors), "\n- ".join(errors)))
     profile["path"] = path
     return profile

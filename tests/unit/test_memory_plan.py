@@ -72,7 +72,7 @@ def test_a_node_short_of_memory_is_named_with_the_shortfall():
     assert plan["nodes"]["spark1"]["fits"] is True
     assert len(plan["reasons"]) == 1
     reason = plan["reasons"][0]
-    assert reason.startswith("spark2: vLLM requests 103.4 GiB (0.85 of 121.7 GiB) but only 95.0 GiB is available; short by 8.4 GiB")
+    assert reason.startswith("spark2: vLLM requests 103.4 GiB (0.85 of the 121.69 GiB CUDA reports) but only 95.0 GiB is available; short by 8.4 GiB")
     assert "gpu_memory_utilization to 0.76" in reason
     assert "unbalanced" in plan["warnings"][0] and "spark2" in plan["warnings"][0]
 

@@ -26,6 +26,7 @@ def test_spark_pair_each_node_gets_its_own_gid_index(tmp_path):
         "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
         "TP_SOCKET_IFNAME": "enp1s0f1np1",
         "UCX_NET_DEVICES": "enp1s0f1np1",
+        "OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1",
     }
     assert worker["NCCL_IB_GID_INDEX"] == "5"
 
@@ -61,6 +62,8 @@ def test_no_roce_gives_sockets_and_gloo(tmp_path):
         "GLOO_SOCKET_IFNAME": "enP7s7",
         "TP_SOCKET_IFNAME": "enP7s7",
         "UCX_NET_DEVICES": "enP7s7",
+        "OMPI_MCA_btl_tcp_if_include": "enP7s7",
+        "NCCL_P2P_DISABLE": "1",
     }
 
 
