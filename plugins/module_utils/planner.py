@@ -30,7 +30,7 @@ RAY_PORT = 6379
 MASTER_PORT = 29501
 GIB = 1024 ** 3
 # The pool vLLM sizes on a GB10 is CUDA's total, 119.67 GiB: "Free memory on device cuda:0 (11.19/119.67 GiB)"
-# (seed 001, line 30), and "119.7 GB GPU memory per node" (seed 003, line 10); MemTotal says 121.7 GiB.
+# (seed 001, line 20), and "119.7 GB GPU memory per node" (seed 003, line 10); MemTotal says 121.7 GiB.
 GB10_CUDA_TOTAL_BYTES = int(119.67 * GIB)
 # What the serving processes use beside vLLM's pool (CUDA context, API server, Ray): seed 004 had 18.2 GiB
 # available while serving at 0.75 on a node that starts at 117.3 GiB available (our captured idle GB10):

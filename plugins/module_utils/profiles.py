@@ -133,6 +133,19 @@ def validate(profile, path):
     return errors
 
 
+def apply_variables(inputs, variables):
+    """Planner ``inputs`` with inventory ``variables`` (names of RESTORE_VARIABLES) applied, as the preflight role
+    passes them: a deviation's ``restore`` gives back the write-up's value."""
+    result = dict(inputs)
+    for variable, value in (variables or {}).items():
+        section, key = RESTORE_VARIABLES[variable]
+        if key is None:
+            result[section] = dict(result.get(section) or {}, **value)
+        else:
+            result[section] = dict(result.get(section) or {}, **{key: value})
+    return result
+
+
 def available(dirs):
     names = set()
     for folder in dirs:
