@@ -505,8 +505,9 @@ def make_plan(inputs, stage="full"):
         argv = serve_argv(inputs, parallel, flags, utilization, max_len, rank, head_ip)
         if inputs["backend"] == "ray":
             spec, state = container_base(inputs, name, "ray", env)
+            object_store = (inputs["profile"].get("ray") or {}).get("object_store_memory", OBJECT_STORE_BYTES)
             command = ["ray", "start", "--node-ip-address", entry["fabric_ip"], "--num-gpus", str(settings["gpus_per_node"]),
-                       "--object-store-memory", str((inputs["profile"].get("ray") or {}).get("object_store_memory", OBJECT_STORE_BYTES)), "--disable-usage-stats", "--block"]
+                       "--object-store-memory", str(object_store), "--disable-usage-stats", "--block"]
             if name == head:
                 command[2:2] = ["--head", "--port", str(settings["ray_port"]), "--include-dashboard=false"]
             else:
