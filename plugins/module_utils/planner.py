@@ -42,6 +42,9 @@ HEADROOM_FLOOR_BYTES = 6 * GIB
 # The first and last ranks hold more than an even share: seed 000's head held an 84 GB shard of a 243 GB model
 # on 3 nodes (line 6), 84 / 81 = 1.037.
 EDGE_RANK_WEIGHT_FACTOR = 84.0 / 81.0
+# An idle Spark as captured (tests/unit/fixtures/meminfo/gb10-idle.txt): the offline plan's memory.
+IDLE_GB10 = {"mem_total_bytes": 127602792 * 1024, "mem_available_bytes": 122997964 * 1024, "unified": True,
+             "gpu": {"name": "NVIDIA GB10"}, "gpu_process_bytes": 0}
 
 DEFAULT_SETTINGS = {
     "cluster_name": "dgx-spark",
@@ -346,6 +349,8 @@ def node_memory(inputs, node_hashes):
     for name in inputs["order"]:
         facts = inputs["nodes"][name]
         memory = facts.get("memory")
+        if not memory and inputs["settings"]["offline"]:
+            memory = IDLE_GB10  # plan.yml before the nodes answer: what an idle Spark offers
         if not memory:
             continue
         serving = [h for h in (facts.get("serving_hashes") or []) if h]
@@ -394,7 +399,8 @@ def memory(inputs, plan, parallel, flags, utilization, max_len, node_hashes):
     except memory_plan.MemoryPlanError as exc:
         plan.error("all", None, "memory plan of %s: %s" % (profile["name"], exc))
         return None
-    result["config_source"] = "config.json" if inputs.get("model_config") else profile["model"].get("config_source", "profile")
+    result["config_source"] = "config.json on the head" if inputs.get("model_config") else "the profile's model.config"
+    result["config_citation"] = profile["model"].get("config_source")
     result["proven_utilization_source"] = mem.get("proven_utilization_source")
     if nodes:
         for reason in result["reasons"]:
@@ -457,8 +463,9 @@ def make_plan(inputs, stage="full"):
     check_inventory(inputs, plan)
     parallel = parallel_sizes(inputs, plan)
     if settings["offline"]:
-        plan.warn("offline plan: no node was probed; RoCE ports, GID indexes, memory and the image's flags are "
-                  "placeholders or unchecked. Run plan.yml with the nodes reachable for the real plan")
+        plan.warn("offline plan: no node was probed; RoCE ports, GID indexes and the image's flags are placeholders or "
+                  "unchecked, and memory is planned for an idle Spark (117.3 GiB available). Run plan.yml with the nodes "
+                  "reachable for the real plan")
     order = inputs.get("order", [])
     head = (inputs.get("head_hosts") or [None])[0]
     vllm = inputs["profile"].get("vllm") or {}

@@ -109,7 +109,7 @@ def validate(profile, path):
         errors.append("%s: vllm.gpu_memory_utilization is %r; it must be above 0 and at most 1" % (path, utilization))
     parallel = profile.get("parallel") or {}
     for key in ("tensor", "pipeline", "data", "nodes"):
-        if isinstance(parallel, dict) and key in parallel and (not isinstance(parallel[key], int) or parallel[key] < 1):
+        if isinstance(parallel, dict) and isinstance(parallel.get(key), int) and parallel[key] < 1:
             errors.append("%s: parallel.%s must be at least 1, got %r" % (path, key, parallel[key]))
     if profile.get("backend") not in (None, "ray", "mp"):
         errors.append("%s: backend is %r; it must be ray or mp" % (path, profile.get("backend")))

@@ -71,17 +71,37 @@ def render(plan):
                 lines.append("  %s, inside %s: %s" % (name, node["serve"]["container"], _command(node["serve"]["argv"])))
         memory = cluster.get("memory")
         if memory:
-            lines += ["", "Memory (KV %d B/token/rank%s, from %s):" % (
-                memory["kv_bytes_per_token"], ", MLA" if memory["mla"] else "", memory.get("config_source", "config"))]
-            rows = [[name, _gib(m["mem_total_bytes"]), _gib(m["mem_available_bytes"]), _gib(m["requested_bytes"]),
-                     _gib(m["weights_bytes"]), _gib(m["kv_cache_bytes"]), "{:,}".format(m["kv_tokens"]), "yes" if m["fits"] else "NO"]
-                    for name, m in sorted(memory["nodes"].items())]
-            lines += _table(["node", "total", "available", "vLLM requests", "weights/rank", "KV cache", "KV tokens", "fits"], rows)
-            lines.append("Largest context that fits: {:,} tokens; max_model_len {}; recommended gpu_memory_utilization {}".format(
-                memory["max_context_tokens"], memory.get("max_model_len"), memory.get("recommended_gpu_memory_utilization")))
+            lines += render_memory(memory)
+        for deviation in plan.get("deviations") or []:
+            lines.append("Deviation from the write-up: %s: %s (restore with %s)" % (
+                deviation["what"], " ".join(deviation["reason"].split()), deviation["restore"]))
     for warning in plan.get("warnings") or []:
         lines.append("WARNING: %s" % warning)
     for error in plan.get("errors") or []:
         lines.append("ERROR [%s]: %s" % (error["host"], error["message"]))
     lines.append("Verdict: %s" % ("ready to apply" if plan.get("ok") else "refused, nothing will be changed"))
+    return lines
+
+
+def render_memory(memory):
+    """Per rank: weights, KV bytes per token, KV capacity, the concurrency that fits at max_model_len, headroom."""
+    lines = ["", "Memory (KV %d B/token/rank%s%s, from %s):" % (
+        memory["kv_bytes_per_token"], ", MLA" if memory["mla"] else "",
+        ", Mamba state %.1f MiB/sequence/rank" % (memory["mamba_state_bytes_per_sequence"] / 1048576.0)
+        if memory.get("mamba_state_bytes_per_sequence") else "", memory.get("config_source", "config.json"))]
+    rows = []
+    for name, m in sorted(memory["nodes"].items(), key=lambda item: item[1].get("rank", 0)):
+        rows.append([name, m.get("rank", "-"), _gib(m["mem_available_bytes"]), _gib(m["requested_bytes"]), _gib(m["weights_bytes"]),
+                     _gib(m["kv_cache_bytes"]), "{:,}".format(m["kv_tokens"]),
+                     "-" if m.get("max_concurrency") is None else m["max_concurrency"],
+                     _gib(m.get("headroom_bytes")) + (" (serving, unchanged)" if m.get("serving_unchanged") else ""),
+                     "yes" if m["fits"] else "NO"])
+    lines += _table(["node", "rank", "available", "vLLM requests", "weights", "KV cache", "KV tokens",
+                     "sequences at max_model_len", "left to the OS", "fits"], rows)
+    lines.append("Largest context that fits: {:,} tokens; max_model_len {}; headroom floor {}; recommended "
+                 "gpu_memory_utilization {}{}".format(
+                     memory["max_context_tokens"], memory.get("max_model_len"), _gib(memory.get("headroom_floor_bytes")),
+                     memory.get("recommended_gpu_memory_utilization"),
+                     " (at most %s, what the deployment proved)" % memory["proven_gpu_memory_utilization"]
+                     if memory.get("proven_gpu_memory_utilization") else ""))
     return lines

@@ -225,6 +225,7 @@ def test_inventory_stage_needs_no_probes(m25):
 
 def test_render_shows_commands_memory_and_verdict(tmp_path, m25):
     text = "\n".join(render.render(planner.make_plan(spark_inputs(m25, tmp_path))))
+    assert "sequences at max_model_len" in text and "left to the OS" in text and "headroom floor 6.0 GiB" in text
     assert "spark2, container dgx-spark-ray-spark2: ray start --address 192.168.100.10:6379" in text
     assert "inside dgx-spark-ray-spark1: vllm serve lukealonso/MiniMax-M2.5-NVFP4" in text
     assert "Largest context that fits" in text and "Verdict: ready to apply" in text
@@ -308,3 +309,33 @@ def test_offline_plan_has_placeholders_and_says_so(m25):
     assert plan["ok"], plan["errors"]
     assert plan["nodes"]["b"]["env_node"]["NCCL_IB_HCA"] == "<ACTIVE RoCE ports, probed on b>"
     assert plan["warnings"][0].startswith("offline plan: no node was probed")
+
+
+def test_socket_transport_turns_strict_mode_off_with_a_warning(tmp_path):
+    mxfp4 = profile("minimax_m27_mxfp4")
+    plan = planner.make_plan(spark_inputs(mxfp4, tmp_path, settings={"nccl_transport": "socket", "nccl_strict": True}))
+    assert plan["ok"], plan["errors"]
+    assert any(w.startswith("vllm_nccl_transport is socket, so strict mode (vllm_nccl_strict, NCCL_NET=IB) is off")
+               for w in plan["warnings"])
+    env = plan["nodes"]["spark2"]["env"]
+    assert (env["NCCL_IB_DISABLE"], env["NCCL_P2P_DISABLE"], "NCCL_NET" in env) == ("1", "1", False)
+    assert plan["cluster"]["nccl_strict"] is False
+    # strict with RoCE keeps NCCL_NET=IB
+    strict = planner.make_plan(spark_inputs(mxfp4, tmp_path / "b", settings={"nccl_strict": True}))
+    assert strict["nodes"]["spark2"]["env"]["NCCL_NET"] == "IB"
+
+
+def test_extra_env_null_takes_a_profile_variable_out(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["extra_env"] = {"PYTORCH_CUDA_ALLOC_CONF": None, "RAY_memory_monitor_refresh_ms": None}
+    env = planner.make_plan(inputs)["cluster"]["env_common"]
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in env and "RAY_memory_monitor_refresh_ms" not in env
+
+
+def test_offline_plan_plans_memory_for_an_idle_spark(m25):
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": m25, "backend": "ray", "settings": {"image": "x", "offline": True},
+              "nodes": {"a": {"fabric_ip": "10.0.0.1", "fabric_interfaces": ["enp1s0f1np1"]},
+                        "b": {"fabric_ip": "10.0.0.2", "fabric_interfaces": ["enp1s0f1np1"]}}}
+    memory = planner.make_plan(inputs)["cluster"]["memory"]
+    assert memory["nodes"]["a"]["requested_bytes"] == int(-(-planner.GB10_CUDA_TOTAL_BYTES * 0.85 // 1))
+    assert memory["nodes"]["a"]["kv_tokens"] > 4096
