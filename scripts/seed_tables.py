@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The seed deployments side by side with the plans of their profiles.
 
 Reads the write-ups' commands kept as data in tests/seeds/*.yml (each value quoting the write-up, file and line),
@@ -148,13 +147,12 @@ def table(name):
         status = row.get("status", "same")
         if status == "deviation":
             deviation = deviations[row["deviation"]]
-            status = "deviation: %s Restore: `%s`" % (" ".join(deviation["reason"].split()),
-                                                     yaml.safe_dump(deviation["restore"], default_flow_style=True,
-                                                                    width=1000).strip())
+            restore = yaml.safe_dump(deviation["restore"], default_flow_style=True, width=1000).strip()
+            status = "deviation: %s Restore: `%s`" % (" ".join(deviation["reason"].split()), restore)
         elif status == "same" and not agrees(row, value):
             status = "DIFFERS"
-        lines.append("| %s `%s` | %s (%s:%d) | %s | %s |" % (row["kind"], row["name"], _cell(row["value"]), seed["seed"][:3],
-                                                           row["line"], _cell(value), status))
+        cells = (row["kind"], row["name"], _cell(row["value"]), seed["seed"][:3], row["line"], _cell(value), status)
+        lines.append("| %s `%s` | %s (%s:%d) | %s | %s |" % cells)
     head = plan["nodes"][plan["head"]]
     spec = head["containers"][0]
     added = []

@@ -52,9 +52,9 @@ class ActionModule(ActionBase):
         del validation
         task_vars = task_vars or {}
         if not args["profile"] and not args["profile_file"]:
+            known = profiles.available(list(args["profile_dirs"]) + [COLLECTION_PROFILES])
             raise AnsibleActionFail("no profile: set vllm_profile to a profile name (%s) or vllm_profile_file to a profile "
-                                    "of your own (docs/profiles.md)" % ", ".join(profiles.available(list(args["profile_dirs"])
-                                                                                                     + [COLLECTION_PROFILES])))
+                                    "of your own (docs/profiles.md)" % ", ".join(known))
         notes = []
         if args["profile"] and args["profile_file"]:
             # -e vllm_profile_file=... over an inventory that names a profile: the file is the later, stronger choice.

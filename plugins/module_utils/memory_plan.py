@@ -264,11 +264,11 @@ def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtyp
                               if cuda_total else 0.0))
         elif headroom_floor_bytes is not None and headroom < headroom_floor_bytes and not unchanged:
             entry["fits"] = False
+            keeps = max(0.0, math.floor(100.0 * (available - runtime_bytes - headroom_floor_bytes) / cuda_total) / 100.0) if cuda_total else 0.0
+            figures = (name, requested / GIB, runtime_bytes / GIB, headroom / GIB, headroom_floor_bytes / GIB, keeps, name)
             reasons.append("%s: after vLLM's %.1f GiB and %.1f GiB for its processes, %.1f GiB would be left to the OS, below the "
                            "%.1f GiB floor (a starved Spark stops answering SSH); lower gpu_memory_utilization to %.2f, or free "
-                           "memory on %s" % (name, requested / GIB, runtime_bytes / GIB, headroom / GIB, headroom_floor_bytes / GIB,
-                                            max(0.0, math.floor(100.0 * (available - runtime_bytes - headroom_floor_bytes)
-                                                                / cuda_total) / 100.0) if cuda_total else 0.0, name))
+                           "memory on %s" % figures)
         if kv_cache_bytes is None and kv_bytes <= 0:
             entry["fits"] = False
             reasons.append("%s: the weights (%.1f GiB on rank %d) and overhead (%.1f GiB) leave no room for the KV cache "

@@ -205,4 +205,3 @@ def test_the_sample_plans_are_clean_for_every_seed(tmp_path):
     for name in SEED_PROFILES:
         plan = plan_for(name, tmp_path / name)
         assert plan["ok"], (name, plan["errors"])
-
