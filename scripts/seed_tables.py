@@ -107,7 +107,8 @@ def agrees(row, value):
 
 
 def sample_inputs(profile, nodes):
-    sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
+    if os.path.join(ROOT, "tests", "unit") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
     from helpers import spark_inputs  # pylint: disable=import-outside-toplevel
 
     return spark_inputs(profile, tempfile.mkdtemp(prefix="seed-plan-"), count=nodes)

@@ -185,6 +185,13 @@ def rank_weights(weights_bytes, ranks, edge_factor=1.0):
     return [int(math.ceil(share * (edge_factor if rank in (0, ranks - 1) else 1.0))) for rank in range(ranks)]
 
 
+def utilization_keeping(available, keep, cuda_total):
+    """The largest utilization (two decimals, rounded down) that leaves ``keep`` bytes of ``available``."""
+    if not cuda_total:
+        return 0.0
+    return max(0.0, math.floor(100.0 * (available - keep) / cuda_total) / 100.0)
+
+
 def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtype="auto", model_dtype="bfloat16",
          weights_bytes=0, overhead_bytes=4 * GIB, kv_cache_bytes=None, block_size=DEFAULT_BLOCK_SIZE,
          headroom_bytes=2 * GIB, balance_tolerance_bytes=4 * GIB, order=None, runtime_bytes=0,
@@ -260,11 +267,10 @@ def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtyp
             reasons.append("%s: vLLM requests %.1f GiB (%.2f of the %.2f GiB CUDA reports) but only %.1f GiB is available; "
                            "short by %.1f GiB. Drop page caches, free memory, or lower gpu_memory_utilization to %.2f"
                            % (name, requested / GIB, utilization, cuda_total / GIB, usable / GIB, (requested - usable) / GIB,
-                              max(0.0, math.floor(100.0 * (usable - runtime_bytes - max(floor_bytes, headroom_bytes)) / cuda_total) / 100.0)
-                              if cuda_total else 0.0))
+                              utilization_keeping(usable, runtime_bytes + max(floor_bytes, headroom_bytes), cuda_total)))
         elif headroom_floor_bytes is not None and headroom < headroom_floor_bytes and not unchanged:
             entry["fits"] = False
-            keeps = max(0.0, math.floor(100.0 * (available - runtime_bytes - headroom_floor_bytes) / cuda_total) / 100.0) if cuda_total else 0.0
+            keeps = utilization_keeping(available, runtime_bytes + headroom_floor_bytes, cuda_total)
             figures = (name, requested / GIB, runtime_bytes / GIB, headroom / GIB, headroom_floor_bytes / GIB, keeps, name)
             reasons.append("%s: after vLLM's %.1f GiB and %.1f GiB for its processes, %.1f GiB would be left to the OS, below the "
                            "%.1f GiB floor (a starved Spark stops answering SSH); lower gpu_memory_utilization to %.2f, or free "
@@ -294,9 +300,8 @@ def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtyp
     recommended = None
     if per_node and availables:
         keep = runtime_bytes + (floor_bytes if headroom_floor_bytes is not None else headroom_bytes)
-        fraction = min((e["mem_available_bytes"] + e["held_bytes"] - keep) / float(e["cuda_total_bytes"])
-                       for e in per_node.values() if e["cuda_total_bytes"])
-        recommended = max(0.0, min(0.95, math.floor(fraction * 100) / 100.0))
+        recommended = min(0.95, min(utilization_keeping(e["mem_available_bytes"] + e["held_bytes"], keep, e["cuda_total_bytes"])
+                                    for e in per_node.values() if e["cuda_total_bytes"]))
         if proven_utilization:
             recommended = min(recommended, float(proven_utilization))
     concurrencies = [e["max_concurrency"] for e in per_node.values() if e["max_concurrency"] is not None]

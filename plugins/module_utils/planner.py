@@ -360,7 +360,7 @@ def node_memory(inputs, node_hashes):
     return nodes
 
 
-def memory(inputs, plan, parallel, flags, utilization, max_len, node_hashes):
+def memory(inputs, plan, parallel, flags, utilization, max_len, node_hashes, common):
     profile = inputs["profile"]
     config = inputs.get("model_config") or (profile.get("model") or {}).get("config")
     if not config:
@@ -376,7 +376,7 @@ def memory(inputs, plan, parallel, flags, utilization, max_len, node_hashes):
             plan.error("all", tp, "%s of %s; vLLM would fail inside the engine. Choose a TP that divides them "
                        "(another node count) or an image that shards heads unevenly" % (reason, profile["model"]["id"]))
     model_max = memory_plan._int(memory_plan.text_config(config), "max_position_embeddings", "max_sequence_length")
-    allow_long = str(common_env_value(inputs, "VLLM_ALLOW_LONG_MAX_MODEL_LEN")) == "1"
+    allow_long = common.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1"
     if max_len and model_max and max_len > model_max and not allow_long:
         plan.error("all", max_len, "max_model_len %d exceeds the model's %d tokens (max_position_embeddings of %s); vLLM "
                    "refuses it. Lower vllm_max_model_len to %d or less, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the "
@@ -409,14 +409,6 @@ def memory(inputs, plan, parallel, flags, utilization, max_len, node_hashes):
     for warning in result["warnings"]:
         plan.warn(warning)
     return result
-
-
-def common_env_value(inputs, key):
-    """A variable of the environment every rank gets: the inventory's vllm_extra_env over the profile's env."""
-    extra = inputs.get("extra_env") or {}
-    if key in extra:
-        return extra[key]
-    return (inputs["profile"].get("env") or {}).get(key)
 
 
 def container_base(inputs, name, role, env):
@@ -544,7 +536,7 @@ def make_plan(inputs, stage="full"):
         serve = nodes[head]["serve"]
         serve["config_hash"] = digest({"argv": serve["argv"], "nodes": [nodes[n]["config_hash"] for n in order]})
 
-    mem = memory(inputs, plan, parallel, flags, utilization, max_len, {n: nodes[n]["config_hash"] for n in nodes})
+    mem = memory(inputs, plan, parallel, flags, utilization, max_len, {n: nodes[n]["config_hash"] for n in nodes}, common)
     port = settings["port"]
     public = settings["public_url"] or "http://%s:%d" % (head_ip, port)
     result.update({
