@@ -8,7 +8,7 @@ import copy
 import os
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import memory_plan as mp
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_memory, planner, profiles
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import unified_memory as um
 
 from helpers import memory_facts, read_fixture, spark_inputs
@@ -48,7 +48,7 @@ def test_gb10_pool_is_the_cuda_total_not_memtotal():
     utilization". vLLM sizes its request from CUDA's 119.67 GiB, not MemTotal's 121.69 GiB."""
     facts = memory_facts("gb10-idle.txt")
     assert round(facts["mem_total_bytes"] / float(GIB), 2) == 121.69
-    assert planner.cuda_total(facts) == int(119.67 * GIB)
+    assert plan_memory.cuda_total(facts) == int(119.67 * GIB)
 
 
 def test_the_mxfp4_failure_with_page_cache_is_refused_before_launch(tmp_path):

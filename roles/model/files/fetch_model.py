@@ -73,7 +73,12 @@ def main():
     parser.add_argument("--node", default="this node")
     parser.add_argument("--checksums", action="store_true")
     parser.add_argument("--reserve-bytes", type=int, default=0, help="free space the fetch must leave")
+    parser.add_argument("--log", default="", help="append the progress (standard error) to this file")
     args = parser.parse_args()
+    if args.log:
+        log = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 2)
+        os.close(log)
     args.token = None
     if args.token_file and os.path.exists(args.token_file):
         with open(args.token_file, encoding="utf-8") as handle:

@@ -1,0 +1,121 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What every part of the planner shares: the one set of defaults, the findings collector, names and paths.
+
+Every derived name, path, port and URL the roles use is made here or in the planner, once; the roles copy
+them from the plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+LABEL = "dgx_spark.vllm"
+STATE_MOUNT = "/dgx-spark"
+MODELS_MOUNT = "/models"
+RAY_PORT = 6379
+MASTER_PORT = 29501
+
+# The one set of defaults of the cluster settings: the preflight role passes the inventory's values or null.
+DEFAULT_SETTINGS = {
+    "cluster_name": "dgx-spark",
+    "image": None,
+    "port": 8000,
+    "public_url": None,
+    "state_dir": "/var/lib/dgx-spark-vllm",
+    "models_dir": "/var/lib/dgx-spark-vllm/models",
+    "network_mode": "host",
+    "ipc_mode": "host",
+    "shm_size": None,
+    "devices": ["/dev/infiniband:/dev/infiniband"],
+    "gpus": "all",
+    "capabilities": ["IPC_LOCK"],
+    "ulimits": ["memlock:-1:-1", "stack:67108864:67108864"],
+    "nccl_transport": "auto",   # auto | roce | socket
+    "nccl_strict": False,
+    "nccl_debug": True,
+    "ring": None,               # {"subnet_prefix_len": 24} for a switchless ring
+    "simulated": False,
+    "offline": False,           # plan without probe facts (plan.yml -e dgx_spark_offline=true): placeholders
+    "gpus_per_node": 1,
+    "ray_port": RAY_PORT,
+    "master_port": MASTER_PORT,
+    "api_key_file": None,
+    "artifacts_dir": None,      # the controller's folder for plan.json, summary.json and the logs
+    "memory_headroom_floor_gib": None,  # None: the profile's memory.headroom_floor_bytes, else the planner's floor
+    "require_nvidia_runtime": None,     # None: required unless simulated
+    "unaccounted_limit_gib": 8,         # fact 3: used memory nothing live explains, above which a node is refused
+    "balance_tolerance_gib": 8,         # fact 4: free memory may differ this much across nodes
+    "hf_endpoint": None,
+    "model_disk_reserve_gb": 2,
+    "model_verify_checksums": False,
+    "rsync_port": 8730,
+}
+INTEGERS = ("port", "ray_port", "master_port", "gpus_per_node", "rsync_port")
+BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums")
+# The state folders of a node, under <state_dir>/<cluster>, each with its mode.
+STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("bin", "0755"), ("secrets", "0700"))
+
+
+def truthy(value):
+    return str(value).lower() in ("1", "true", "yes", "on")
+
+
+def normalize_settings(given):
+    """The defaults, overlaid with every given value that is not null or empty, typed."""
+    settings = dict(DEFAULT_SETTINGS)
+    settings.update({k: v for k, v in (given or {}).items() if v is not None and v != ""})
+    for key in INTEGERS:
+        settings[key] = int(settings[key])
+    for key in BOOLEANS:
+        settings[key] = truthy(settings[key])
+    settings["require_nvidia_runtime"] = (not settings["simulated"] if settings["require_nvidia_runtime"] in (None, "")
+                                          else truthy(settings["require_nvidia_runtime"]))
+    return settings
+
+
+class Findings:
+    """The errors and warnings found while the plan is made; any error stops the play before a change."""
+
+    def __init__(self):
+        self.errors = []
+        self.warnings = []
+
+    def error(self, host, value, message):
+        self.errors.append({"host": host, "value": value, "message": message})
+
+    def warn(self, message):
+        self.warnings.append(message)
+
+
+def digest(data, length=16):
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:length]
+
+
+def container_name(settings, role, node):
+    return "%s-%s-%s" % (settings["cluster_name"], role, node)
+
+
+def node_paths(settings, node):
+    """Where a node keeps the cluster's state and models on the host, and the files the roles write there."""
+    state = "%s/%s" % (settings["state_dir"].replace("{node}", node).rstrip("/"), settings["cluster_name"])
+    return {
+        "state_dir": state,
+        "models_dir": settings["models_dir"].replace("{node}", node),
+        "folders": [{"path": "%s/%s" % (state, name), "mode": mode} for name, mode in STATE_FOLDERS],
+        "logs_dir": state + "/logs",
+        "non_carry_over_file": state + "/config/ray_non_carry_over_env_vars.json",
+        "launcher": state + "/bin/vllm-serve",
+        "api_key_file": state + "/secrets/vllm_api_key",
+        "baseline_file": state + "/run/baseline.json",
+        "vllm_state_file": state + "/run/vllm.json",
+        "image_info_cache": state + "/image-info",
+        "fetch_script": state + "/bin/fetch_model.py",
+        "fetch_log": state + "/logs/model-fetch.log",
+        "hf_token_file": state + "/secrets/hf_token",
+        "rsync_config": state + "/run/rsyncd.conf",
+        "rsync_pid": state + "/run/rsyncd.pid",
+        "rsync_secrets": state + "/secrets/rsyncd.secrets",
+    }

@@ -1,0 +1,98 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The planner's inventory checks: groups, node order, fabric IPs, backend, parallel sizes. No probe facts needed."""
+
+from __future__ import annotations
+
+import ipaddress
+
+
+def node_order(groups, head_group="spark_head", worker_group="spark_workers"):
+    """The head first (rank 0), then the workers in inventory order; returns (heads, order)."""
+    heads = list(groups.get(head_group) or [])
+    workers = [h for h in (groups.get(worker_group) or []) if h not in heads]
+    return heads, heads[:1] + workers + heads[1:]
+
+
+def check_groups(groups, findings, cluster_group="spark_cluster"):
+    """spark_head and spark_workers must be children of spark_cluster: the node plays run on it."""
+    if groups is None:
+        return
+    cluster = set(groups.get(cluster_group) or [])
+    outside = [h for g in ("spark_head", "spark_workers") for h in (groups.get(g) or []) if h not in cluster]
+    if outside:
+        findings.error("all", outside, "%s in spark_head or spark_workers but not in %s; make both groups children of %s "
+                       "(inventories/sparks/hosts.yml shows how)" % (", ".join(outside), cluster_group, cluster_group))
+
+
+def check_inventory(inputs, findings):
+    """Groups, fabric IPs, backend: what can be checked before any probe."""
+    heads = inputs.get("head_hosts") or []
+    if len(heads) != 1:
+        findings.error("spark_head", heads, "the inventory needs exactly one host in spark_head, found %d (%s); "
+                       "put the node that serves the endpoint there" % (len(heads), ", ".join(heads) or "none"))
+    check_groups(inputs.get("groups"), findings)
+    seen = {}
+    for name in inputs.get("order", []):
+        node = inputs["nodes"].get(name, {})
+        ip = node.get("fabric_ip")
+        if not ip:
+            findings.error(name, None, "%s has no spark_fabric_ip; set it to the node's address on the ConnectX link" % name)
+            continue
+        try:
+            address = ipaddress.ip_address(str(ip))
+        except ValueError:
+            findings.error(name, ip, "%s: spark_fabric_ip %r is not an IP address" % (name, ip))
+            continue
+        if address.version != 4:
+            findings.error(name, ip, "%s: spark_fabric_ip %s must be IPv4 (RoCE v2 GIDs, Ray and NCCL bootstrap use IPv4)" % (name, ip))
+        if str(address) in seen:
+            findings.error(name, ip, "%s and %s have the same spark_fabric_ip %s; each node needs its own" % (seen[str(address)], name, ip))
+        seen[str(address)] = name
+    backend = inputs.get("backend")
+    if backend not in ("ray", "mp"):
+        findings.error("all", backend, "vllm_backend must be ray or mp, got %r" % (backend,))
+    settings = inputs["settings"]
+    if settings["nccl_transport"] not in ("auto", "roce", "socket"):
+        findings.error("all", settings["nccl_transport"], "vllm_nccl_transport must be auto, roce or socket, got %r" % settings["nccl_transport"])
+    for key, value in (inputs.get("extra_env") or {}).items():
+        if key == "RAY_ADDRESS" and str(value).strip().lower().startswith("ray://"):
+            findings.error("all", value, "RAY_ADDRESS=%s is a Ray Client address: vLLM would run as a remote client and silently "
+                           "serve on one GPU. The collection runs vllm serve inside the head's container; remove it" % value)
+    ports = {"vllm_port": settings["port"], "ray_port": settings["ray_port"], "master_port": settings["master_port"]}
+    for key, value in ports.items():
+        if not 0 < value < 65536:
+            findings.error("all", value, "%s %d is not a TCP port (1-65535)" % (key, value))
+    if len(set(ports.values())) < len(ports):
+        findings.error("all", ports, "vllm_port, the Ray port and the master port must differ, got %s" % ports)
+
+
+def parallel_sizes(inputs, findings):
+    profile = inputs["profile"]
+    parallel = profile.get("parallel", {})
+    overrides = inputs.get("overrides") or {}
+    tp = int(overrides.get("tensor_parallel_size") or parallel.get("tensor", 1))
+    pp = int(overrides.get("pipeline_parallel_size") or parallel.get("pipeline", 1))
+    dp = int(overrides.get("data_parallel_size") or parallel.get("data", 1))
+    ep = bool(parallel.get("expert", False))
+    nodes = len(inputs.get("order", []))
+    gpus = nodes * inputs["settings"]["gpus_per_node"]
+    if tp * pp * dp != gpus:
+        findings.error("all", {"tp": tp, "pp": pp, "dp": dp},
+                       "TP x PP x DP = %d x %d x %d = %d, but the inventory has %d node(s) with %d GPU(s) each = %d; profile %s "
+                       "is for %s node(s): add or remove nodes, or choose another profile"
+                       % (tp, pp, dp, tp * pp * dp, nodes, inputs["settings"]["gpus_per_node"], gpus, profile["name"],
+                          parallel.get("nodes", "?")))
+    return {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "data_parallel_size": dp,
+            "expert_parallel": ep, "world_size": tp * pp * dp, "nodes": nodes, "gpus": gpus}
+
+
+def utilization(inputs, findings):
+    """The share of each node's memory vLLM requests: the inventory's override, else the profile's."""
+    vllm = inputs["profile"].get("vllm") or {}
+    value = float((inputs.get("overrides") or {}).get("gpu_memory_utilization") or vllm.get("gpu_memory_utilization", 0.8))
+    if not 0 < value <= 1:
+        findings.error("all", value, "gpu_memory_utilization must be in (0, 1], got %g; vLLM requests that share of "
+                       "each node's memory" % value)
+    return value

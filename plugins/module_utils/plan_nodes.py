@@ -1,0 +1,98 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The planner's checks of what each node's probe found, before anything changes: Docker and its NVIDIA runtime,
+memory pinned by a killed container and orphaned engines (fact 3), balance (fact 4), foreign containers and ports
+(fact 15), one image ID (fact 14). A node without probe facts (an offline plan) is not checked."""
+
+from __future__ import annotations
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import LABEL
+
+GIB = 1024 ** 3
+
+
+def _gib(value):
+    return "%.1f GiB" % (value / float(GIB))
+
+
+def node_ports(settings, backend, is_head):
+    """The TCP ports this node's containers listen on, which nothing else may hold."""
+    if not is_head:
+        return []
+    return sorted({settings["port"], settings["ray_port"] if backend == "ray" else settings["master_port"]})
+
+
+def check_node(name, facts, settings, planned_names, ports, findings):
+    """One node's probe facts against the plan; errors name the node and the fix."""
+    if "docker" not in facts:
+        return
+    docker = facts.get("docker")
+    if docker is None:
+        findings.error(name, None, "%s: no Docker daemon answers (docker info failed); install Docker and start it, and let "
+                       "this user use it" % name)
+        return
+    runtimes = docker.get("runtimes") or []
+    if settings["require_nvidia_runtime"] and "nvidia" not in runtimes:
+        findings.error(name, runtimes, "%s: Docker has no nvidia runtime (it has %s); install nvidia-container-toolkit and run "
+                       "nvidia-ctk runtime configure --runtime=docker, then restart Docker" % (name, ", ".join(runtimes) or "none"))
+    memory = facts.get("memory") or {}
+    unaccounted = int(memory.get("unaccounted_bytes") or 0)
+    if unaccounted >= float(settings["unaccounted_limit_gib"]) * GIB:
+        findings.error(name, unaccounted, "%s holds %s that no process, GPU context or kernel structure explains: memory pinned "
+                       "by a container that was killed hard. Nothing but a reboot frees it; reboot %s before launching"
+                       % (name, _gib(unaccounted), name))
+    orphans = [p["pid"] for p in memory.get("vllm_processes") or [] if p.get("orphan")]
+    if orphans:
+        findings.error(name, orphans, "%s: vLLM engine processes outlived their server and still hold memory: %s. Stop them "
+                       "(playbooks/teardown.yml, or kill -TERM those PIDs), then run again" % (name, ", ".join(map(str, orphans))))
+    containers = facts.get("containers") or []
+    impostors = sorted(c["name"] for c in containers
+                       if c.get("name") in planned_names and (c.get("labels") or {}).get(LABEL + ".managed") != "true")
+    if impostors:
+        findings.error(name, impostors, "%s: container(s) %s use this collection's names but were not made by it; they are left "
+                       "alone. Remove or rename them (docker rm -f NAME) if they are stale, then run again" % (name, ", ".join(impostors)))
+    ours_running = any(c.get("state") == "running" and (c.get("labels") or {}).get(LABEL + ".managed") == "true" for c in containers)
+    taken = sorted(set(ports) & set(facts.get("listening_ports") or []))
+    if taken and not ours_running:
+        findings.error(name, taken, "%s: port(s) %s are held by a program this collection did not start (none of its containers "
+                       "runs here). Stop it (ss -ltnp shows which), or choose other ports (vllm_port), then run again"
+                       % (name, ", ".join(map(str, taken))))
+
+
+def check_balance(order, nodes, settings, findings):
+    """Free memory must not differ much across nodes: the slow rank times out (fact 4)."""
+    available = {n: int((nodes[n].get("memory") or {}).get("mem_available_bytes") or 0)
+                 for n in order if "docker" in nodes[n] and nodes[n].get("memory")}
+    if len(available) < 2:
+        return
+    spread = max(available.values()) - min(available.values())
+    if spread > float(settings["balance_tolerance_gib"]) * GIB:
+        findings.error("all", {n: _gib(v) for n, v in available.items()},
+                       "free memory is unbalanced across nodes (%s); the slow rank times out. Free memory or drop caches on "
+                       "the node with the least, or raise preflight_balance_tolerance_gib"
+                       % ", ".join("%s %s" % (n, _gib(v)) for n, v in available.items()))
+
+
+def check_images(order, nodes, findings):
+    """Every node must run the same image ID (fact 14); returns the nodes that lack it (the image role places it)."""
+    images = {n: nodes[n]["image_id"] for n in order if nodes[n].get("image_id")}
+    if len(set(images.values())) > 1:
+        findings.error("all", images, "nodes run different images: %s; every node must run the same image ID (the image role "
+                       "distributes it)" % ", ".join("%s=%s" % (h, i[:19]) for h, i in sorted(images.items())))
+    return [n for n in order if "docker" in nodes[n] and not nodes[n].get("image_id")]
+
+
+def container_change(spec, probed):
+    """What the apply step does to one planned container, given the probed one of that name.
+
+    none: it runs with the planned config hash; create: there is none; start: it exists with the planned hash but
+    does not run; recreate: it carries another hash (or none).
+    """
+    found = [c for c in probed or [] if c.get("name") == spec["name"]]
+    if not found:
+        return "create"
+    current = found[0]
+    if (current.get("labels") or {}).get(LABEL + ".config_hash") != spec["labels"].get(LABEL + ".config_hash"):
+        return "recreate"
+    return "none" if current.get("state") == "running" else "start"
