@@ -17,6 +17,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles, render
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_inventory import node_order
 
 COLLECTION_PROFILES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "profiles"))
 
@@ -70,24 +71,15 @@ class ActionModule(ActionBase):
 
         groups = task_vars.get("groups", {})
         hostvars = task_vars.get("hostvars", {})
-        heads = list(groups.get(args["head_group"], []))
-        workers = [h for h in groups.get(args["worker_group"], []) if h not in heads]
-        order = heads[:1] + workers + heads[1:]
+        heads, order = node_order(groups, args["head_group"], args["worker_group"])
         nodes = {}
         for host in order:
             values = hostvars.get(host, {})
-            probe = values.get(args["probe_fact"]) or {}
-            nodes[host] = {
-                "fabric_ip": values.get("spark_fabric_ip"),
-                "fabric_interfaces": values.get("spark_fabric_interfaces") or None,
-                "memory": probe.get("memory"),
-                "roce": probe.get("roce"),
-                "image": probe.get("image"),
-                "image_id": probe.get("image_id"),
-                "serving_hashes": probe.get("serving_hashes") or [],
-            }
+            nodes[host] = dict(values.get(args["probe_fact"]) or {}, fabric_ip=values.get("spark_fabric_ip"),
+                               fabric_interfaces=values.get("spark_fabric_interfaces") or None)
         image_info = (nodes.get(heads[0], {}) if heads else {}).get("image")
         inputs = {
+            "groups": {g: list(groups.get(g) or []) for g in ("spark_cluster", args["head_group"], args["worker_group"])},
             "head_hosts": heads,
             "order": order,
             "nodes": nodes,
@@ -103,13 +95,6 @@ class ActionModule(ActionBase):
         }
         plan = planner.make_plan(inputs, stage=args["stage"])
         plan["warnings"] = notes + plan["warnings"]
-        images = {h: n["image_id"] for h, n in nodes.items() if n.get("image_id")}
-        missing = sorted(h for h, n in nodes.items() if not n.get("image_id"))
-        if len(set(images.values())) > 1:
-            plan["ok"] = False
-            plan["errors"].append({"host": "all", "value": images, "message": "nodes run different images: %s; every node must run "
-                                   "the same image ID (the image role distributes it)" % ", ".join("%s=%s" % (h, i[:19]) for h, i in sorted(images.items()))})
-        plan["image_missing_on"] = missing if args["stage"] == "full" else []
         result["plan"] = plan
         result["plan_text"] = render.render(plan)
         result["changed"] = False

@@ -98,12 +98,21 @@ def container_name(settings, role, node):
     return "%s-%s-%s" % (settings["cluster_name"], role, node)
 
 
-def node_paths(settings, node):
+def model_dir(models_dir, model_id):
+    """Where a model's files are on a node: a path under /models as it is, else the Hugging Face cache's folder."""
+    if model_id.startswith(MODELS_MOUNT + "/"):
+        return models_dir + model_id[len(MODELS_MOUNT):]
+    return "%s/huggingface/hub/models--%s" % (models_dir, model_id.replace("/", "--"))
+
+
+def node_paths(settings, node, model_id):
     """Where a node keeps the cluster's state and models on the host, and the files the roles write there."""
     state = "%s/%s" % (settings["state_dir"].replace("{node}", node).rstrip("/"), settings["cluster_name"])
+    models = settings["models_dir"].replace("{node}", node)
     return {
         "state_dir": state,
-        "models_dir": settings["models_dir"].replace("{node}", node),
+        "models_dir": models,
+        "model_dir": model_dir(models, model_id),
         "folders": [{"path": "%s/%s" % (state, name), "mode": mode} for name, mode in STATE_FOLDERS],
         "logs_dir": state + "/logs",
         "non_carry_over_file": state + "/config/ray_non_carry_over_env_vars.json",

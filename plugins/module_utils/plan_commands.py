@@ -39,12 +39,12 @@ def serve_flags(inputs, findings, parallel):
         flags = kept
         if inputs["backend"] == "mp" and "--nnodes" not in options:
             findings.error("all", "mp", "backend mp needs vLLM's --nnodes, which %s (vLLM %s) lacks; use vllm_backend: ray or a newer image"
-                       % (inputs["settings"].get("image"), image.get("version")))
+                           % (inputs["settings"].get("image"), image.get("version")))
         parsers = image.get("reasoning_parsers")
         name = flags.get("--reasoning-parser")
         if parsers and name and name not in parsers and not flags.get("--reasoning-parser-plugin"):
             findings.error("all", name, "reasoning parser %s is not in %s (it has %s); a wrong parser fails silently"
-                       % (name, inputs["settings"].get("image"), ", ".join(parsers)))
+                           % (name, inputs["settings"].get("image"), ", ".join(parsers)))
         tools = image.get("tool_parsers")
         name = flags.get("--tool-call-parser")
         if tools and name and name not in tools and not flags.get("--tool-parser-plugin"):
@@ -85,8 +85,6 @@ def serve_argv(inputs, parallel, flags, utilization, max_len, rank, head_ip):
         if rank > 0:
             argv.append("--headless")
     return argv
-
-
 
 
 def ray_command(inputs, fabric_ip, is_head, head_ip):
@@ -131,6 +129,11 @@ def container_spec(inputs, name, role, env, paths, command):
     }
 
 
+def disk_reserve_bytes(settings):
+    """Free space a fetch or copy must leave on a node's models disk."""
+    return int(float(settings["model_disk_reserve_gb"]) * 1024 ** 3)
+
+
 def model_fetch_argv(inputs, name, paths, model_id, revision):
     """`docker run` of the head's one-off fetch container: the cluster's image (it carries huggingface_hub), the
     cache layout the containers read (HF_HOME=/models/huggingface), the token as a 0600 file, never in argv."""
@@ -145,7 +148,7 @@ def model_fetch_argv(inputs, name, paths, model_id, revision):
         argv += ["-e", "HF_ENDPOINT=%s" % settings["hf_endpoint"]]
     argv += ["--entrypoint", "python3", settings["image"], STATE_MOUNT + "/bin/fetch_model.py", model_id,
              "--revision", revision or "main", "--token-file", STATE_MOUNT + "/secrets/hf_token", "--node", name,
-             "--reserve-bytes", str(int(float(settings["model_disk_reserve_gb"]) * 1024 ** 3)),
+             "--reserve-bytes", str(disk_reserve_bytes(settings)),
              "--log", STATE_MOUNT + "/logs/model-fetch.log"]
     if settings["model_verify_checksums"]:
         argv.append("--checksums")

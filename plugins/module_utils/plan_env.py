@@ -23,7 +23,7 @@ def transport(inputs, findings):
     if mode == "socket":
         if settings["nccl_strict"]:
             findings.warn("vllm_nccl_transport is socket, so strict mode (vllm_nccl_strict, NCCL_NET=IB) is off for this run: "
-                      "NCCL uses TCP sockets by choice")
+                          "NCCL uses TCP sockets by choice")
         return False
     with_roce, without = [], []
     for name in inputs["order"]:
@@ -36,12 +36,12 @@ def transport(inputs, findings):
     if mode == "roce" and without:
         for name in without:
             findings.error(name, None, "%s has no ACTIVE RoCE port with an IPv4 RoCE v2 GID, and vllm_nccl_transport is roce; "
-                       "bring up the ConnectX link and give it an IPv4 address (ibdev2netdev, ip addr), or use socket" % name)
+                           "bring up the ConnectX link and give it an IPv4 address (ibdev2netdev, ip addr), or use socket" % name)
         return True
     if with_roce and without:
         for name in without:
             findings.error(name, None, "%s has no usable RoCE GID while %s have RoCE: NCCL would use sockets for the whole "
-                       "cluster. Fix the link on %s, or set vllm_nccl_transport: socket" % (name, ", ".join(with_roce), name))
+                           "cluster. Fix the link on %s, or set vllm_nccl_transport: socket" % (name, ", ".join(with_roce), name))
         return True
     return bool(with_roce)
 
@@ -77,18 +77,18 @@ def node_environment(inputs, findings, use_roce):
             if not carrying:
                 addresses = sorted({a for p in ports if p.get("state") == "ACTIVE" for a in (p.get("ipv4_addresses") or [])})
                 findings.error(name, node["fabric_ip"], "%s: spark_fabric_ip %s is not carried by any ACTIVE RoCE port (they carry %s); "
-                           "set spark_fabric_ip to the ConnectX address, or fix the link's address"
-                           % (name, node["fabric_ip"], ", ".join(addresses) or "no IPv4 address"))
+                               "set spark_fabric_ip to the ConnectX address, or fix the link's address"
+                               % (name, node["fabric_ip"], ", ".join(addresses) or "no IPv4 address"))
         fast = {p.get("netdev") for p in ports if p.get("netdev")} | {n for p in ports for n in (p.get("netdevs") or [])}
         chosen = ifname or env.get("GLOO_SOCKET_IFNAME")
         if chosen and node.get("roce") is not None and chosen not in fast:
             if ring:
                 findings.warn("%s: sockets and NCCL bootstrap use %s, not a ConnectX port (expected in a switchless ring: "
-                          "non-adjacent nodes share no link); NCCL data goes over RoCE with subnet-aware routing" % (name, chosen))
+                              "non-adjacent nodes share no link); NCCL data goes over RoCE with subnet-aware routing" % (name, chosen))
             else:
                 note = " (expected on the simulated cluster)" if settings["simulated"] else ""
                 findings.warn("%s: the fabric interface %s is not a ConnectX RoCE port; NCCL traffic on a slow NIC gave 6 tok/s "
-                          "in the field%s" % (name, chosen, note))
+                              "in the field%s" % (name, chosen, note))
     return env_by_node
 
 
@@ -117,8 +117,6 @@ def common_environment(inputs, parallel, use_roce):
         else:
             env[key] = str(value)
     return env
-
-
 
 
 def non_carry_over(node_env):

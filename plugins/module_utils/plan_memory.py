@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import memory_plan
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_nodes import serving_hashes
 
 GIB = 1024 ** 3
 # The pool vLLM sizes on a GB10 is CUDA's total, 119.67 GiB: "Free memory on device cuda:0 (11.19/119.67 GiB)"
@@ -50,7 +51,7 @@ def node_memory(inputs, node_hashes):
             memory = IDLE_GB10  # plan.yml before the nodes answer: what an idle Spark offers
         if not memory:
             continue
-        serving = [h for h in (facts.get("serving_hashes") or []) if h]
+        serving = serving_hashes(facts, name, inputs["settings"]["cluster_name"])
         unchanged = bool(serving) and node_hashes.get(name) in serving
         nodes[name] = dict(memory, cuda_total_bytes=cuda_total(memory), unchanged=unchanged,
                            held_bytes=int(memory.get("gpu_process_bytes") or 0) if unchanged else 0)
@@ -62,22 +63,22 @@ def memory(inputs, findings, parallel, flags, utilization, max_len, node_hashes,
     config = inputs.get("model_config") or (profile.get("model") or {}).get("config")
     if not config:
         findings.warn("no config.json for %s (model not on the head yet, and the profile carries no architecture): "
-                  "the memory plan is skipped" % profile["model"]["id"])
+                      "the memory plan is skipped" % profile["model"]["id"])
         return None
     tp = parallel["tensor_parallel_size"]
     for reason in memory_plan.head_divisibility(config, tp):
         if (profile.get("parallel") or {}).get("allow_uneven_heads"):
             findings.warn("%s; allowed by profile %s: %s" % (reason, profile["name"],
-                                                         profile["parallel"].get("uneven_heads_reason", "the image shards them")))
+                                                             profile["parallel"].get("uneven_heads_reason", "the image shards them")))
         else:
             findings.error("all", tp, "%s of %s; vLLM would fail inside the engine. Choose a TP that divides them "
-                       "(another node count) or an image that shards heads unevenly" % (reason, profile["model"]["id"]))
+                           "(another node count) or an image that shards heads unevenly" % (reason, profile["model"]["id"]))
     model_max = memory_plan._int(memory_plan.text_config(config), "max_position_embeddings", "max_sequence_length")
     allow_long = common.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1"
     if max_len and model_max and max_len > model_max and not allow_long:
         findings.error("all", max_len, "max_model_len %d exceeds the model's %d tokens (max_position_embeddings of %s); vLLM "
-                   "refuses it. Lower vllm_max_model_len to %d or less, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the "
-                   "profile's env" % (max_len, model_max, profile["model"]["id"], model_max))
+                       "refuses it. Lower vllm_max_model_len to %d or less, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the "
+                       "profile's env" % (max_len, model_max, profile["model"]["id"], model_max))
     nodes = node_memory(inputs, node_hashes)
     mem = profile.get("memory") or {}
     floor_gib = inputs["settings"].get("memory_headroom_floor_gib")
@@ -106,5 +107,3 @@ def memory(inputs, findings, parallel, flags, utilization, max_len, node_hashes,
     for warning in result["warnings"]:
         findings.warn(warning)
     return result
-
-

@@ -7,9 +7,49 @@ memory pinned by a killed container and orphaned engines (fact 3), balance (fact
 
 from __future__ import annotations
 
+import json
+
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import LABEL
 
 GIB = 1024 ** 3
+
+
+def parse_docker_ps(lines):
+    """`docker ps --all --no-trunc --format '{{json .}}'` lines -> [{name, state, labels}]."""
+    found = []
+    for line in lines or []:
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        labels = dict(item.split("=", 1) for item in (row.get("Labels") or "").split(",") if "=" in item)
+        found.append({"name": row.get("Names"), "state": row.get("State"), "labels": labels})
+    return found
+
+
+def probed_containers(facts):
+    """The containers a node's probe listed, or None when the node was not probed for them."""
+    if "containers" in facts:
+        return facts["containers"]
+    return parse_docker_ps(facts["docker_ps"]) if "docker_ps" in facts else None
+
+
+def serving_hashes(facts, name, cluster):
+    """The config hashes of this cluster's running containers on node ``name`` (the memory plan credits them)."""
+    if "serving_hashes" in facts:
+        return [h for h in facts["serving_hashes"] if h]
+    return [c["labels"].get(LABEL + ".config_hash") for c in probed_containers(facts) or []
+            if c.get("state") == "running" and c["labels"].get(LABEL + ".node") == name
+            and c["labels"].get(LABEL + ".cluster") == cluster and c["labels"].get(LABEL + ".config_hash")]
+
+
+def parse_listening(lines):
+    """`ss -H -t -l -n` lines -> the sorted TCP ports something listens on (any address)."""
+    ports = set()
+    for line in lines or []:
+        fields = line.split()
+        if len(fields) >= 4 and fields[3].rsplit(":", 1)[-1].isdigit():
+            ports.add(int(fields[3].rsplit(":", 1)[-1]))
+    return sorted(ports)
 
 
 def _gib(value):
@@ -46,14 +86,15 @@ def check_node(name, facts, settings, planned_names, ports, findings):
     if orphans:
         findings.error(name, orphans, "%s: vLLM engine processes outlived their server and still hold memory: %s. Stop them "
                        "(playbooks/teardown.yml, or kill -TERM those PIDs), then run again" % (name, ", ".join(map(str, orphans))))
-    containers = facts.get("containers") or []
+    containers = probed_containers(facts) or []
     impostors = sorted(c["name"] for c in containers
                        if c.get("name") in planned_names and (c.get("labels") or {}).get(LABEL + ".managed") != "true")
     if impostors:
         findings.error(name, impostors, "%s: container(s) %s use this collection's names but were not made by it; they are left "
                        "alone. Remove or rename them (docker rm -f NAME) if they are stale, then run again" % (name, ", ".join(impostors)))
-    ours_running = any(c.get("state") == "running" and (c.get("labels") or {}).get(LABEL + ".managed") == "true" for c in containers)
-    taken = sorted(set(ports) & set(facts.get("listening_ports") or []))
+    ours_running = any(c.get("state") == "running" and (c.get("labels") or {}).get(LABEL + ".managed") == "true"
+                       and (c.get("labels") or {}).get(LABEL + ".node") == name for c in containers)
+    taken = sorted(set(ports) & set(parse_listening(facts.get("listening"))))
     if taken and not ours_running:
         findings.error(name, taken, "%s: port(s) %s are held by a program this collection did not start (none of its containers "
                        "runs here). Stop it (ss -ltnp shows which), or choose other ports (vllm_port), then run again"

@@ -24,17 +24,11 @@ import copy
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_commands as commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as environment
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_nodes as nodes_check
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import (  # noqa: F401 (the planner's names)
-    DEFAULT_SETTINGS, LABEL, MASTER_PORT, MODELS_MOUNT, RAY_PORT, STATE_MOUNT, Findings, container_name, digest,
-    node_paths, normalize_settings)
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import (
+    LABEL, Findings, container_name, digest, node_paths, normalize_settings)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_inventory import (
     check_inventory, parallel_sizes, utilization)
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_memory import (  # noqa: F401
-    EDGE_RANK_WEIGHT_FACTOR, GB10_CUDA_TOTAL_BYTES, HEADROOM_FLOOR_BYTES, IDLE_GB10, RUNTIME_BYTES, memory)
-
-ALWAYS_NODE_LOCAL = environment.ALWAYS_NODE_LOCAL
-SECRETS = environment.SECRETS
-OBJECT_STORE_BYTES = commands.OBJECT_STORE_BYTES
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_memory import memory
 
 
 def make_plan(inputs, stage="full"):
@@ -48,7 +42,7 @@ def make_plan(inputs, stage="full"):
     result = {"stage": stage, "profile": profile["name"], "backend": inputs.get("backend"), "head": head, "nodes_order": order,
               "parallel": parallel_sizes(inputs, findings), "gpu_memory_utilization": utilization(inputs, findings),
               "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name")},
-              "nodes": {n: {"is_head": n == head, "paths": node_paths(settings, n)} for n in order}}
+              "nodes": {n: {"is_head": n == head, "paths": node_paths(settings, n, profile["model"]["id"])} for n in order}}
     if settings["offline"]:
         findings.warn("offline plan: no node was probed; RoCE ports, GID indexes and the image's flags are placeholders or "
                       "unchecked, and memory is planned for an idle Spark (117.3 GiB available). Run plan.yml with the nodes "
@@ -109,7 +103,9 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
                      "local_health_url": "http://127.0.0.1:%d/health" % settings["port"],
                      "served_model_name": profile["model"].get("served_name") or profile["model"]["id"],
                      "api_key_env": "VLLM_API_KEY", "api_key_file": settings["api_key_file"]},
-        "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name"), "revision": revision},
+        "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name"), "revision": revision,
+                  "hf_endpoint": settings["hf_endpoint"], "verify_checksums": settings["model_verify_checksums"],
+                  "disk_reserve_bytes": commands.disk_reserve_bytes(settings)},
         "eager_reason": (profile.get("vllm") or {}).get("eager_reason"), "smoke_tests": profile.get("smoke_tests") or [],
     }
 
@@ -119,7 +115,7 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     settings, backend = inputs["settings"], inputs["backend"]
     is_head = name == head
     env = dict(cluster["env_common"], **node_env)
-    paths = node_paths(settings, name)
+    paths = node_paths(settings, name, cluster["model"]["id"])
     fabric_ip = str(inputs["nodes"][name]["fabric_ip"])
     argv = argv_of(rank)
     if backend == "ray":
@@ -150,10 +146,10 @@ def decide_changes(inputs, nodes, cluster, head):
         serve = nodes[head]["serve"]
         serve["config_hash"] = digest({"argv": serve["argv"], "nodes": [nodes[n]["config_hash"] for n in order]})
         cluster["serve_config_hash"] = serve["config_hash"]
-    probed = {n: inputs["nodes"][n] for n in order if "containers" in inputs["nodes"][n]}
+    probed = {n: nodes_check.probed_containers(inputs["nodes"][n]) for n in order}
     for name in order:
         for spec in nodes[name]["containers"]:
-            spec_change = nodes_check.container_change(spec, probed[name]["containers"]) if name in probed else "create"
+            spec_change = "create" if probed[name] is None else nodes_check.container_change(spec, probed[name])
             nodes[name].setdefault("changes", {})[spec["name"]] = spec_change
     head_change = nodes.get(head, {}).get("changes", {}).get(container_name(inputs["settings"], "ray", head))
     if inputs["backend"] == "ray" and head_change not in (None, "none"):
@@ -165,8 +161,8 @@ def decide_changes(inputs, nodes, cluster, head):
     for name in order:
         serve = nodes[name].get("serve")
         if serve:
-            vllm = (probed.get(name) or {}).get("vllm") or {}
-            unchanged = vllm.get("running") and vllm.get("config_hash") == serve["config_hash"] and not changing
-            serve["change"] = "none" if unchanged else "start"
+            vllm = inputs["nodes"][name].get("vllm")
+            unchanged = vllm and vllm.get("running") and vllm.get("config_hash") == serve["config_hash"] and not changing
+            serve["change"] = "none" if unchanged else ("start" if vllm is not None or changing else "unknown")
     cluster.setdefault("serve_config_hash", nodes.get(head, {}).get("serve", {}).get("config_hash"))
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")

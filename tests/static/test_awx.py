@@ -33,11 +33,15 @@ def module_options(name):
 
 
 def role_entry_points(playbook):
-    """(role, entry point) for every role a playbook runs: roles: lists, include_role and import_role."""
+    """(role, entry point) for every role a playbook runs: roles: lists, include_role and import_role, also in the
+    playbooks it imports."""
     found = []
 
     def walk(node):
         if isinstance(node, dict):
+            for key in ("ansible.builtin.import_playbook", "import_playbook"):
+                if key in node:
+                    found.extend(role_entry_points(node[key]))
             for key in ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role"):
                 if key in node:
                     args = node[key]

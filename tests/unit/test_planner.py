@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles, render
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_memory, planner, profiles, render
 
 from helpers import spark_inputs
 
@@ -337,5 +337,59 @@ def test_offline_plan_plans_memory_for_an_idle_spark(m25):
               "nodes": {"a": {"fabric_ip": "10.0.0.1", "fabric_interfaces": ["enp1s0f1np1"]},
                         "b": {"fabric_ip": "10.0.0.2", "fabric_interfaces": ["enp1s0f1np1"]}}}
     memory = planner.make_plan(inputs)["cluster"]["memory"]
-    assert memory["nodes"]["a"]["requested_bytes"] == int(-(-planner.GB10_CUDA_TOTAL_BYTES * 0.85 // 1))
+    assert memory["nodes"]["a"]["requested_bytes"] == int(-(-plan_memory.GB10_CUDA_TOTAL_BYTES * 0.85 // 1))
     assert memory["nodes"]["a"]["kv_tokens"] > 4096
+
+
+def test_plan_names_every_path_port_and_url_the_roles_use(tmp_path, m25):
+    plan = planner.make_plan(spark_inputs(m25, tmp_path, settings={"port": 9000, "state_dir": "/srv/{node}/state"}))
+    head = plan["nodes"]["spark1"]
+    assert head["paths"]["state_dir"] == "/srv/spark1/state/dgx-spark"
+    assert head["paths"]["launcher"] == "/srv/spark1/state/dgx-spark/bin/vllm-serve"
+    assert head["paths"]["model_dir"].endswith("/huggingface/hub/models--" + m25["model"]["id"].replace("/", "--"))
+    assert head["ports"] == [6379, 9000] and plan["nodes"]["spark2"]["ports"] == []
+    endpoint = plan["cluster"]["endpoint"]
+    assert endpoint["health_url"] == "http://192.168.100.10:9000/health"
+    assert endpoint["local_health_url"] == "http://127.0.0.1:9000/health"
+    assert head["serve"]["command"] == ["/dgx-spark/bin/vllm-serve"] + head["serve"]["argv"][2:]
+    fetch = head["helpers"]["model_fetch"]["argv"]
+    assert fetch[:5] == ["docker", "run", "--rm", "--name", "dgx-spark-model-fetch"]
+    assert "--token-file" in fetch and not any(a.startswith(("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")) for a in fetch)
+
+
+def test_inventory_stage_names_the_paths_before_any_probe(tmp_path, m25):
+    plan = planner.make_plan(spark_inputs(m25, tmp_path), stage="inventory")
+    assert plan["ok"] and plan["nodes"]["spark2"]["paths"]["models_dir"] == "/var/lib/dgx-spark-vllm/models"
+
+
+def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
+    first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
+
+    def ps(plan, name, state="running", hash_of=None):
+        spec = plan["nodes"][name]["containers"][0]
+        labels = dict(spec["labels"])
+        if hash_of:
+            labels["dgx_spark.vllm.config_hash"] = hash_of
+        return json.dumps({"Names": spec["name"], "State": state, "Labels": ",".join("%s=%s" % kv for kv in labels.items())})
+
+    inputs = spark_inputs(m25, tmp_path / "b")
+    serve_hash = first["nodes"]["spark1"]["serve"]["config_hash"]
+    inputs["nodes"]["spark1"].update(docker_ps=[ps(first, "spark1")], vllm={"running": True, "config_hash": serve_hash})
+    inputs["nodes"]["spark2"].update(docker_ps=[ps(first, "spark2")])
+    same = planner.make_plan(copy.deepcopy(inputs))
+    assert same["cluster"]["changes"] == [] and same["nodes"]["spark1"]["serve"]["change"] == "none"
+    inputs["nodes"]["spark1"]["docker_ps"] = [ps(first, "spark1", hash_of="0" * 16)]
+    replaced = planner.make_plan(inputs)
+    assert replaced["cluster"]["changes"] == ["spark1: recreate dgx-spark-ray-spark1", "spark2: restart dgx-spark-ray-spark2"]
+    assert replaced["nodes"]["spark1"]["serve"]["change"] == "start"
+
+
+def test_groups_outside_spark_cluster_are_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["groups"] = {"spark_cluster": ["spark1"], "spark_head": ["spark1"], "spark_workers": ["spark2"]}
+    assert "spark2 in spark_head or spark_workers but not in spark_cluster" in errors(planner.make_plan(inputs, stage="inventory"))[0]
+
+
+def test_ports_must_be_ports_and_differ(tmp_path, m25):
+    assert "vllm_port 70000 is not a TCP port" in errors(planner.make_plan(spark_inputs(m25, tmp_path, settings={"port": 70000})))[0]
+    assert "must differ" in errors(planner.make_plan(spark_inputs(m25, tmp_path, settings={"port": 6379})))[0]
