@@ -10,6 +10,7 @@ the pure planner and returns the plan. It changes nothing.
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from ansible.errors import AnsibleActionFail
@@ -38,6 +39,14 @@ ARGUMENT_SPEC = dict(
     weights_bytes=dict(type="int"),
     fail_on_error=dict(type="bool", default=True),
 )
+
+
+def key_digest(path):
+    """A short digest of the API key file, or None when there is none."""
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read().strip()).hexdigest()[:16]
 
 
 class ActionModule(ActionBase):
@@ -92,6 +101,8 @@ class ActionModule(ActionBase):
             "model_config": args["model_config"],
             "weights_bytes": args["weights_bytes"],
             "image_info": image_info,
+            # A new API key restarts vLLM (it reads the key at launch); the plan holds a digest of it, never the key.
+            "api_key_digest": key_digest((args["settings"] or {}).get("api_key_file")),
         }
         plan = planner.make_plan(inputs, stage=args["stage"])
         plan["warnings"] = notes + plan["warnings"]

@@ -23,6 +23,17 @@ def environ_dump(text):
     return parity.parse_environ_dump(text)
 
 
+def started_env(host_vars, names):
+    """The environments of the containers a node started in this run, from its registered results of
+    dgx_spark.vllm.container (``names``); a container the plan kept (change none) returns no inspect data."""
+    envs = []
+    for name in names:
+        container = (host_vars.get(name) or {}).get("container") or {}
+        if container.get("Config"):
+            envs.append(parity.parse_env_list(container["Config"].get("Env")))
+    return envs
+
+
 def nccl_transport(text, expect_ib=True, strict=False):
     return nccl_log.verdict(text, expect_ib=expect_ib, strict=strict)
 
@@ -58,6 +69,7 @@ class FilterModule:
             "env_parity": env_parity,
             "docker_env": docker_env,
             "environ_dump": environ_dump,
+            "started_env": started_env,
             "nccl_transport": nccl_transport,
             "status_report": status_report,
             "status_node": status_node,

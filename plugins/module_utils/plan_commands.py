@@ -100,6 +100,11 @@ def ray_command(inputs, fabric_ip, is_head, head_ip):
     return command
 
 
+def gpus(settings):
+    """Docker's --gpus value, or None for none (the simulated cluster)."""
+    return None if str(settings["gpus"]).lower() in ("none", "false", "") else settings["gpus"]
+
+
 def labels(settings, name, role):
     return {LABEL + ".managed": "true", LABEL + ".cluster": settings["cluster_name"], LABEL + ".node": name, LABEL + ".role": role}
 
@@ -121,7 +126,7 @@ def container_spec(inputs, name, role, env, paths, command):
         "devices": list(settings["devices"] or []),
         "capabilities": list(settings["capabilities"] or []),
         "ulimits": list(settings["ulimits"] or []),
-        "gpus": None if str(settings["gpus"]).lower() in ("none", "false", "") else settings["gpus"],
+        "gpus": gpus(settings),
         "volumes": volumes,
         "init": True,
         "restart_policy": "no",  # fact 16: keep exited containers and their logs; no --rm

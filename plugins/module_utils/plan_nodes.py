@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import parity
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import LABEL
 
 GIB = 1024 ** 3
@@ -122,6 +123,21 @@ def check_images(order, nodes, findings):
         findings.error("all", images, "nodes run different images: %s; every node must run the same image ID (the image role "
                        "distributes it)" % ", ".join("%s=%s" % (h, i[:19]) for h, i in sorted(images.items())))
     return [n for n in order if "docker" in nodes[n] and not nodes[n].get("image_id")]
+
+
+def check_kept_env(order, facts, nodes, findings):
+    """A container kept as it is (same config hash) must also hold the planned environment: one made by hand with
+    our labels, or changed behind our back, is refused before vLLM is launched into it (fact 7)."""
+    planned, actual = {}, {}
+    for name in order:
+        envs = facts[name].get("container_env") or {}
+        kept = [s["name"] for s in nodes[name]["containers"] if nodes[name]["changes"][s["name"]] in ("none", "start", "restart")]
+        if kept and all(k in envs for k in kept):
+            planned[name] = nodes[name]
+            actual[name] = [parity.parse_env_list(envs[k]) for k in kept]
+    problems = parity.check(planned, actual) if planned else []
+    if problems:
+        findings.error("all", None, "Environment parity failed; vLLM is not launched: %s" % "; ".join(problems))
 
 
 def container_change(spec, probed):

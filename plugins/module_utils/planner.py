@@ -41,8 +41,12 @@ def make_plan(inputs, stage="full"):
     profile = inputs["profile"]
     result = {"stage": stage, "profile": profile["name"], "backend": inputs.get("backend"), "head": head, "nodes_order": order,
               "parallel": parallel_sizes(inputs, findings), "gpu_memory_utilization": utilization(inputs, findings),
-              "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name")},
-              "nodes": {n: {"is_head": n == head, "paths": node_paths(settings, n, profile["model"]["id"])} for n in order}}
+              "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name"),
+                        "revision": commands.model_revision(inputs)},
+              "image": {"name": settings["image"], "gpus": commands.gpus(settings)},
+              "nodes": {n: {"is_head": n == head, "paths": node_paths(settings, n, profile["model"]["id"]),
+                            "container": container_name(settings, "ray" if inputs.get("backend") == "ray" else "vllm", n)}
+                        for n in order}}
     if settings["offline"]:
         findings.warn("offline plan: no node was probed; RoCE ports, GID indexes and the image's flags are placeholders or "
                       "unchecked, and memory is planned for an idle Spark (117.3 GiB available). Run plan.yml with the nodes "
@@ -63,6 +67,7 @@ def make_plan(inputs, stage="full"):
     cluster = cluster_section(inputs, result, use_roce, common, argv_of(0), environment.non_carry_over(node_env))
     result["nodes"] = {n: plan_node(inputs, n, rank, head, cluster, node_env[n], argv_of) for rank, n in enumerate(order)}
     decide_changes(inputs, result["nodes"], cluster, head)
+    nodes_check.check_kept_env(order, inputs["nodes"], result["nodes"], findings)
     cluster["memory"] = memory(inputs, findings, result["parallel"], flags, result["gpu_memory_utilization"], max_len,
                                {n: result["nodes"][n]["config_hash"] for n in order}, common)
     for name in order:
@@ -144,7 +149,8 @@ def decide_changes(inputs, nodes, cluster, head):
     order = [n for n in inputs["order"] if n in nodes]
     if inputs["backend"] == "ray" and head in nodes:
         serve = nodes[head]["serve"]
-        serve["config_hash"] = digest({"argv": serve["argv"], "nodes": [nodes[n]["config_hash"] for n in order]})
+        serve["config_hash"] = digest({"argv": serve["argv"], "nodes": [nodes[n]["config_hash"] for n in order],
+                                       "api_key": inputs.get("api_key_digest")})
         cluster["serve_config_hash"] = serve["config_hash"]
     probed = {n: nodes_check.probed_containers(inputs["nodes"][n]) for n in order}
     for name in order:
@@ -166,3 +172,5 @@ def decide_changes(inputs, nodes, cluster, head):
             serve["change"] = "none" if unchanged else ("start" if vllm is not None or changing else "unknown")
     cluster.setdefault("serve_config_hash", nodes.get(head, {}).get("serve", {}).get("config_hash"))
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
+    # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
+    cluster["apply_needed"] = bool(cluster["changes"]) or any((nodes[n].get("serve") or {}).get("change", "none") != "none" for n in order)

@@ -183,37 +183,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.unified_memory import (
-    parse_compute_apps,
-    parse_gpu_query,
-    parse_meminfo,
-    read_processes,
-    summarize,
-    validate_utilization,
-)
-
-GPU_QUERY = ["--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader,nounits"]
-APPS_QUERY = ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
-
-
-def query_nvidia_smi(module, executable):
-    """Return (gpus, compute_apps), or (None, []) with a warning when nvidia-smi is absent or fails."""
-    path = executable if os.path.sep in executable else module.get_bin_path(executable)
-    if not path or not os.path.exists(path):
-        module.warn("%s not found: GPU facts are null (a node without the NVIDIA driver?)" % executable)
-        return None, []
-    rc, out, err = run(module, [path] + GPU_QUERY)
-    if rc != 0:
-        module.warn("%s failed (rc=%d): %s; GPU facts are null" % (path, rc, (err or out).strip()))
-        return None, []
-    gpus = parse_gpu_query(out)
-    rc, out, err = run(module, [path] + APPS_QUERY)
-    if rc != 0:
-        module.warn("%s --query-compute-apps failed (rc=%d): %s" % (path, rc, (err or out).strip()))
-        return gpus, []
-    return gpus, parse_compute_apps(out)
 
 
 def main():
@@ -225,26 +197,13 @@ def main():
         ),
         supports_check_mode=True,
     )
-    proc_root = module.params["proc_root"]
-    utilization = module.params["gpu_memory_utilization"]
+    smi = module.params["nvidia_smi"]
     try:
-        if utilization is not None:
-            validate_utilization(utilization)
-        if not os.path.isdir(proc_root):
-            raise ProbeError("proc_root %s does not exist or is not a directory" % proc_root)
-        meminfo_path = os.path.join(proc_root, "meminfo")
-        try:
-            with open(meminfo_path, encoding="utf-8") as handle:
-                meminfo = parse_meminfo(handle.read(), meminfo_path)
-        except OSError as exc:
-            raise ProbeError("cannot read %s: %s" % (meminfo_path, exc.strerror or exc))
-        processes = read_processes(proc_root)
-        gpus, apps = query_nvidia_smi(module, module.params["nvidia_smi"])
-        fact = summarize(meminfo, gpus, apps, processes, utilization)
+        fact = node_probe.memory(lambda argv: run(module, argv), module.warn, module.params["proc_root"],
+                                 smi if os.path.sep in smi else module.get_bin_path(smi), smi,
+                                 module.params["gpu_memory_utilization"])
     except ProbeError as exc:
         module.fail_json(msg=str(exc))
-    if fact["mem_available_estimated"]:
-        module.warn("%s has no MemAvailable line; it was estimated from MemFree and the caches" % meminfo_path)
     module.exit_json(changed=False, unified_memory=fact)
 
 

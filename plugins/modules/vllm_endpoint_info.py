@@ -183,7 +183,7 @@ def wait_ready(module, client, result):
         if time.monotonic() + 2 > deadline:
             result["errors"].append("not ready after %d s at %s: %s" % (module.params["wait"], client.base, last))
             return False
-        time.sleep(2)
+        time.sleep(1)
 
 
 def check_stream(module, client, result):

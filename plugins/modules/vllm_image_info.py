@@ -86,17 +86,11 @@ image_info:
       type: bool
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.image_info import (
-    PROBE_SCRIPT,
-    ImageInfoError,
-    parse_probe_output,
-)
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.image_info import ImageInfoError
 
 
 def main():
@@ -109,35 +103,19 @@ def main():
         ),
         supports_check_mode=True,
     )
-    image, docker, cache_dir = module.params["image"], module.params["docker"], module.params["cache_dir"]
-    rc, out, err = run(module, [docker, "image", "inspect", "--format", "{{.Id}}", image])
-    if rc != 0:
-        module.fail_json(msg="image %s is not on this node (%s); build or load it first (the image role does)"
-                         % (image, (err or out).strip()))
-    image_id = out.strip()
-    cache = os.path.join(cache_dir, image_id.replace(":", "_") + ".json") if cache_dir else None
-    if cache and os.path.exists(cache):
-        try:
-            with open(cache, encoding="utf-8") as handle:
-                info = json.load(handle)
-            info.update(image=image, id=image_id, cached=True)
-            module.exit_json(changed=False, image_info=info)
-        except (OSError, ValueError):
-            pass
-    argv = [docker, "run", "--rm", "--network", "none", "--entrypoint", "python3"]
-    if module.params["gpus"]:
-        argv += ["--gpus", module.params["gpus"]]
-    rc, out, err = run(module, argv + [image, "-c", PROBE_SCRIPT])
+    image, docker = module.params["image"], module.params["docker"]
+
+    def runner(argv):
+        return run(module, argv)
+
+    the_id = node_probe.image_id(runner, image, docker)
+    if the_id is None:
+        module.fail_json(msg="image %s is not on this node; build or load it first (the image role does)" % image)
     try:
-        info = parse_probe_output(rc, out, err, image)
+        info = node_probe.image(runner, image, the_id, docker, module.params["gpus"], module.params["cache_dir"],
+                                write_cache=not module.check_mode)
     except ImageInfoError as exc:
         module.fail_json(msg=str(exc))
-    info.update(image=image, id=image_id, cached=False)
-    if cache and not module.check_mode:
-        os.makedirs(cache_dir, exist_ok=True)
-        with open(cache + ".tmp", "w", encoding="utf-8") as handle:
-            json.dump(info, handle)
-        os.replace(cache + ".tmp", cache)
     module.exit_json(changed=False, image_info=info)
 
 

@@ -1,0 +1,43 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin dgx_spark.vllm.container: apply one planned container with community.docker.docker_container.
+
+The plan says what changes (none, create, start, recreate, restart); with none the node is not asked at all (the
+probe found the container running with the planned config hash, and its environment as planned).
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.container_apply import CHANGES, docker_container_args
+
+ARGUMENT_SPEC = dict(
+    spec=dict(type="dict", required=True),
+    change=dict(type="str", default="create", choices=list(CHANGES)),
+)
+
+
+class ActionModule(ActionBase):
+    """Apply a planned container."""
+
+    TRANSFERS_FILES = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if args["change"] == "none":
+            result.update(changed=False, skipped_reason="running as planned", change="none", name=args["spec"]["name"])
+            return result
+        try:
+            module_args = docker_container_args(args["spec"], args["change"])
+        except (KeyError, ValueError) as exc:
+            raise AnsibleActionFail("container spec of %s: %s" % (args["spec"].get("name"), exc))
+        applied = self._execute_module(module_name="community.docker.docker_container", module_args=module_args,
+                                       task_vars=task_vars)
+        applied["change"] = args["change"]
+        result.update(applied)
+        return result

@@ -1,0 +1,47 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin dgx_spark.vllm.report: write a report of this run (plan.json, summary.json) on the controller.
+
+It runs in the controller's Ansible process: no module to start, so a report costs milliseconds, not the second
+a local copy task takes. A report is not state of the cluster: the task never reports a change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+ARGUMENT_SPEC = dict(
+    path=dict(type="path", required=True),
+    data=dict(type="raw", required=True),
+)
+
+
+class ActionModule(ActionBase):
+    """Write a JSON report on the controller."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        path = args["path"]
+        result.update(changed=False, path=path)
+        if self._task.check_mode:
+            result["msg"] = "check mode: %s not written" % path
+            return result
+        try:
+            os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+            with open(path + ".tmp", "w", encoding="utf-8") as handle:
+                json.dump(args["data"], handle, indent=4, sort_keys=True, default=str)
+                handle.write("\n")
+            os.replace(path + ".tmp", path)
+        except OSError as exc:
+            raise AnsibleActionFail("cannot write %s: %s" % (path, exc))
+        return result

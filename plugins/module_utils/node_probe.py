@@ -1,0 +1,156 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a node's probe reads, one function per source; the probe modules are their adapters.
+
+Each function takes ``run(argv) -> (rc, stdout, stderr)`` and, where it can warn, ``warn(message)``, so one module
+call reads a node whole (spark_node_info) and each single-purpose module reads its part with the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import image_info as ii
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files as mf
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.unified_memory import (
+    parse_compute_apps, parse_gpu_query, parse_meminfo, read_processes, summarize, validate_utilization)
+
+GPU_QUERY = ["--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader,nounits"]
+APPS_QUERY = ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
+
+
+def query_nvidia_smi(run, warn, path, name):
+    """Return (gpus, compute_apps), or (None, []) with a warning when nvidia-smi is absent or fails."""
+    if not path or not os.path.exists(path):
+        warn("%s not found: GPU facts are null (a node without the NVIDIA driver?)" % name)
+        return None, []
+    rc, out, err = run([path] + GPU_QUERY)
+    if rc != 0:
+        warn("%s failed (rc=%d): %s; GPU facts are null" % (path, rc, (err or out).strip()))
+        return None, []
+    gpus = parse_gpu_query(out)
+    rc, out, err = run([path] + APPS_QUERY)
+    if rc != 0:
+        warn("%s --query-compute-apps failed (rc=%d): %s" % (path, rc, (err or out).strip()))
+        return gpus, []
+    return gpus, parse_compute_apps(out)
+
+
+def memory(run, warn, proc_root, nvidia_smi_path, nvidia_smi_name, utilization=None):
+    """The unified_memory fact: meminfo, the processes, nvidia-smi. Raises ProbeError naming the path."""
+    if utilization is not None:
+        validate_utilization(utilization)
+    if not os.path.isdir(proc_root):
+        raise ProbeError("proc_root %s does not exist or is not a directory" % proc_root)
+    meminfo_path = os.path.join(proc_root, "meminfo")
+    try:
+        with open(meminfo_path, encoding="utf-8") as handle:
+            meminfo = parse_meminfo(handle.read(), meminfo_path)
+    except OSError as exc:
+        raise ProbeError("cannot read %s: %s" % (meminfo_path, exc.strerror or exc))
+    gpus, apps = query_nvidia_smi(run, warn, nvidia_smi_path, nvidia_smi_name)
+    fact = summarize(meminfo, gpus, apps, read_processes(proc_root), utilization)
+    if fact["mem_available_estimated"]:
+        warn("%s has no MemAvailable line; it was estimated from MemFree and the caches" % meminfo_path)
+    return fact
+
+
+def image_id(run, image, docker="docker"):
+    """The image's ID on this node, or None when the node lacks it."""
+    rc, out, dummy = run([docker, "image", "inspect", "--format", "{{.Id}}", image])
+    return out.strip() if rc == 0 and out.strip() else None
+
+
+def image(run, image_name, the_id, docker="docker", gpus=None, cache_dir=None, write_cache=True):
+    """The image's vLLM, Ray, `vllm serve` options and parsers, read once per image ID (cached in ``cache_dir``)."""
+    cache = os.path.join(cache_dir, the_id.replace(":", "_") + ".json") if cache_dir else None
+    if cache and os.path.exists(cache):
+        try:
+            with open(cache, encoding="utf-8") as handle:
+                info = json.load(handle)
+            info.update(image=image_name, id=the_id, cached=True)
+            return info
+        except (OSError, ValueError):
+            pass
+    argv = [docker, "run", "--rm", "--network", "none", "--entrypoint", "python3"]
+    if gpus:
+        argv += ["--gpus", gpus]
+    rc, out, err = run(argv + [image_name, "-c", ii.PROBE_SCRIPT])
+    info = ii.parse_probe_output(rc, out, err, image_name)
+    info.update(image=image_name, id=the_id, cached=False)
+    if cache and write_cache:
+        os.makedirs(cache_dir, exist_ok=True)
+        with open(cache + ".tmp", "w", encoding="utf-8") as handle:
+            json.dump(info, handle)
+        os.replace(cache + ".tmp", cache)
+    return info
+
+
+def docker_info(run, docker="docker"):
+    """Docker's server version and runtimes, or None when no daemon answers."""
+    rc, out, dummy = run([docker, "info", "--format", "{{json .}}"])
+    if rc != 0:
+        return None
+    try:
+        info = json.loads(out)
+    except ValueError:
+        return None
+    if not info.get("ServerVersion"):
+        return None
+    return {"version": info["ServerVersion"], "runtimes": sorted(info.get("Runtimes") or {})}
+
+
+def lines(run, argv):
+    """A command's output lines, or [] when it fails."""
+    rc, out, dummy = run(argv)
+    return out.splitlines() if rc == 0 else []
+
+
+def container_env(run, names, docker="docker"):
+    """The environment each existing container of ``names`` was created with: {name: ["K=V", ...]}."""
+    if not names:
+        return {}
+    rc, out, dummy = run([docker, "container", "inspect", "--format", "{{json .Name}} {{json .Config.Env}}"] + list(names))
+    found = {}
+    for line in out.splitlines():
+        name, dummy, env = line.partition(" ")
+        try:
+            found[json.loads(name).lstrip("/")] = json.loads(env) or []
+        except ValueError:
+            continue
+    return found
+
+
+def serving(run, container, state_file, docker="docker"):
+    """vLLM's process group in ``container`` as the vllm_process module left it: {running, config_hash}."""
+    rc, out, dummy = run(pg.read_argv(docker, container, state_file))
+    state = pg.parse_state(out) if rc == 0 else None
+    if not state:
+        return {"running": False, "config_hash": None}
+    rc, dummy, dummy = run(pg.alive_argv(docker, container, state["pgid"]))
+    return {"running": rc == 0, "config_hash": state.get("config_hash")}
+
+
+def model(models_dir, model_id, revision=None):
+    """The model's config.json and the size of its weights on this node, or (None, None) when it is not here."""
+    try:
+        where = mf.locate(models_dir, model_id, revision)
+    except mf.ModelError:
+        return None, None
+    snapshot = where["snapshot"]
+    text = mf.read_text(os.path.join(snapshot, "config.json")) if snapshot else None
+    if text is None:
+        return None, None
+    try:
+        config = json.loads(text)
+    except ValueError:
+        return None, None
+    weights = 0
+    for name in os.listdir(snapshot):
+        if name.endswith(".safetensors"):
+            weights += os.path.getsize(os.path.join(snapshot, name))
+    return config, weights or None

@@ -1,0 +1,213 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: spark_node_info
+short_description: Read everything the planner needs from one node, in one call
+version_added: 0.2.0
+description:
+  - One module call per node instead of one per fact: a task costs a round trip to the node, and a re-run on a
+    healthy cluster should take seconds. It reads what the single-purpose probes read, with their code.
+  - Unified memory (as M(dgx_spark.vllm.unified_memory_info)), RoCE ports and GIDs (as
+    M(dgx_spark.vllm.roce_gid_info)), Docker's version and runtimes, the image's ID and, with O(read_image), its vLLM,
+    flags and parsers (as M(dgx_spark.vllm.vllm_image_info)), every container (C(docker ps --all)) and the
+    environment of O(containers), the listening TCP ports (C(ss)), vLLM's process group in O(serve_container), and
+    the model's C(config.json) and weights size under O(models_dir).
+  - The planner turns these into findings before anything changes (pinned memory, orphaned engines, foreign
+    containers or ports, a hand-made container's environment) and into what changes per container.
+author:
+  - dgx_spark.vllm developers (@dgx-spark)
+extends_documentation_fragment:
+  - dgx_spark.vllm.attributes
+  - dgx_spark.vllm.attributes.INFO_MODULE
+  - dgx_spark.vllm.attributes.ACTIONGROUP_VLLM
+options:
+  proc_root:
+    description: Root of the proc tree (the simulated cluster's is the real one).
+    type: path
+    default: /proc
+  sysfs_root:
+    description: Root of the sysfs tree; tests and the simulated cluster point it at a fake tree.
+    type: path
+    default: /sys
+  nvidia_smi:
+    description: The nvidia-smi to ask.
+    type: str
+    default: nvidia-smi
+  gpu_memory_utilization:
+    description: The plan's utilization; the memory fact then says whether vLLM fits.
+    type: float
+  image:
+    description: The cluster's image; its ID is read.
+    type: str
+  read_image:
+    description: Also read the image's vLLM, flags and parsers (on the head), once per image ID.
+    type: bool
+    default: false
+  image_cache_dir:
+    description: Where the image's answer is kept per image ID.
+    type: path
+  gpus:
+    description: C(--gpus) for the container that reads the image.
+    type: str
+  containers:
+    description: Names of the collection's containers on this node whose environment is read back.
+    type: list
+    elements: str
+    default: []
+  serve_container:
+    description: The container vLLM runs in on this node (the head's Ray container), if any.
+    type: str
+  serve_state_file:
+    description: vLLM's state file inside O(serve_container).
+    type: str
+    default: /dgx-spark/run/vllm.json
+  models_dir:
+    description: The node's models folder; with O(model), the model's C(config.json) and weights are read.
+    type: path
+  model:
+    description: The model's repository id or C(/models/...) path.
+    type: str
+  revision:
+    description: The model's revision.
+    type: str
+  docker:
+    description: The Docker CLI.
+    type: str
+    default: docker
+"""
+
+EXAMPLES = r"""
+- name: Read the node
+  dgx_spark.vllm.spark_node_info:
+    image: nvcr.io/nvidia/vllm:26.09-py3
+    containers: [dgx-spark-ray-spark1]
+  register: node
+"""
+
+RETURN = r"""
+memory:
+  description: The C(unified_memory) fact of M(dgx_spark.vllm.unified_memory_info).
+  type: dict
+  returned: always
+roce:
+  description: C(roce_devices), C(nccl_ib_hca) and C(nccl_gid_index) as M(dgx_spark.vllm.roce_gid_info) returns them.
+  type: dict
+  returned: always
+docker:
+  description: Docker's C(version) and C(runtimes); null when no daemon answers.
+  type: dict
+  returned: always
+image_id:
+  description: The image's ID on this node; null when the node lacks it.
+  type: str
+  returned: always
+image:
+  description: The image's C(image_info) (M(dgx_spark.vllm.vllm_image_info)); null unless O(read_image) and the image is here.
+  type: dict
+  returned: always
+docker_ps:
+  description: C(docker ps --all --no-trunc --format '{{json .}}') lines.
+  type: list
+  elements: str
+  returned: always
+container_env:
+  description: The environment each existing container of O(containers) was created with.
+  type: dict
+  returned: always
+listening:
+  description: C(ss -H -t -l -n) lines.
+  type: list
+  elements: str
+  returned: always
+vllm:
+  description: C(running) and C(config_hash) of vLLM's process group in O(serve_container); null without one.
+  type: dict
+  returned: always
+model_config:
+  description: The model's C(config.json); null when the model is not here.
+  type: dict
+  returned: always
+weights_bytes:
+  description: The size of the model's C(*.safetensors); null when the model is not here.
+  type: int
+  returned: always
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.image_info import ImageInfoError
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.roce import nccl_choice, read_devices
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            proc_root=dict(type="path", default="/proc"),
+            sysfs_root=dict(type="path", default="/sys"),
+            nvidia_smi=dict(type="str", default="nvidia-smi"),
+            gpu_memory_utilization=dict(type="float"),
+            image=dict(type="str"),
+            read_image=dict(type="bool", default=False),
+            image_cache_dir=dict(type="path"),
+            gpus=dict(type="str"),
+            containers=dict(type="list", elements="str", default=[]),
+            serve_container=dict(type="str"),
+            serve_state_file=dict(type="str", default="/dgx-spark/run/vllm.json"),
+            models_dir=dict(type="path"),
+            model=dict(type="str"),
+            revision=dict(type="str"),
+            docker=dict(type="str", default="docker"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    docker = p["docker"]
+
+    def runner(argv):
+        return run(module, argv)
+
+    smi = p["nvidia_smi"]
+    try:
+        memory = node_probe.memory(runner, module.warn, p["proc_root"], smi if os.path.sep in smi else module.get_bin_path(smi),
+                                   smi, p["gpu_memory_utilization"])
+        ports, warnings = read_devices(p["sysfs_root"])
+    except ProbeError as exc:
+        module.fail_json(msg=str(exc))
+    hca, index, more = nccl_choice(ports)
+    for warning in warnings + more:
+        module.warn(warning)
+    result = dict(changed=False, memory=memory, roce={"roce_devices": ports, "nccl_ib_hca": hca, "nccl_gid_index": index},
+                  docker=node_probe.docker_info(runner, docker), image_id=None, image=None, docker_ps=[], container_env={},
+                  listening=node_probe.lines(runner, ["ss", "-H", "-t", "-l", "-n"]), vllm=None, model_config=None, weights_bytes=None)
+    if result["docker"] is not None:
+        result["docker_ps"] = node_probe.lines(runner, [docker, "ps", "--all", "--no-trunc", "--format", "{{json .}}"])
+        existing = {line for line in result["docker_ps"]}
+        named = [n for n in p["containers"] if any('"Names":"%s"' % n in line for line in existing)]
+        result["container_env"] = node_probe.container_env(runner, named, docker)
+        if p["image"]:
+            result["image_id"] = node_probe.image_id(runner, p["image"], docker)
+        if p["read_image"] and result["image_id"]:
+            try:
+                result["image"] = node_probe.image(runner, p["image"], result["image_id"], docker, p["gpus"], p["image_cache_dir"],
+                                                   write_cache=not module.check_mode)
+            except ImageInfoError as exc:
+                module.fail_json(msg=str(exc))
+        if p["serve_container"] and p["serve_container"] in named:
+            result["vllm"] = node_probe.serving(runner, p["serve_container"], p["serve_state_file"], docker)
+    if p["models_dir"] and p["model"]:
+        result["model_config"], result["weights_bytes"] = node_probe.model(p["models_dir"], p["model"], p["revision"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
