@@ -5,12 +5,13 @@
   probes        each probe module's run time (module process only, on this machine), target < 1 s
   planner       planning an 8-node cluster, target < 1 s
   sim           warm sim.yml with the images present (target <= 60 s), disk used; --cold also rebuilds
-  orchestration serve.yml from scratch minus vLLM's own start-up (target <= 30 s), a no-change re-run
-                (target <= 20 s), teardown.yml
+  orchestration serve.yml from scratch against the bare bring-up on the same images (target <= 1.25x), a
+                no-change re-run with its per-task profile (target <= 10 s, 0 changed), teardown.yml (target <= 15 s)
+  plan8         probe and plan for 8 simulated nodes (target <= 15 s)
   model         a 4 GiB model (2 shards) through the model role: fetch on the head from the simulated hub, copy
                 head -> worker against a raw tar stream between the same nodes (target >= 0.9x), a no-change run
 
-Usage: scripts/bench.py [probes] [planner] [sim] [orchestration] [model] [--cold]
+Usage: scripts/bench.py [probes] [planner] [sim] [orchestration] [plan8] [model] [--cold]
 """
 
 import calendar
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
@@ -144,32 +146,146 @@ def vllm_startup_seconds(log_text, started_at):
     return ready + 1 - started_at  # the log's second is rounded down
 
 
+def docker_run_argv(spec):
+    """`docker run` for a planned container spec: what a user's shell script would type, nothing more."""
+    argv = ["docker", "run", "-d", "--name", spec["name"], "--network", spec["network_mode"], "--ipc", spec["ipc_mode"], "--init"]
+    if spec.get("shm_size"):
+        argv += ["--shm-size", spec["shm_size"]]
+    for key, value in sorted(spec["env"].items()):
+        argv += ["-e", "%s=%s" % (key, value)]
+    for volume in spec["volumes"]:
+        argv += ["-v", volume]
+    for device in spec.get("devices") or []:
+        argv += ["--device", device]
+    for cap in spec.get("capabilities") or []:
+        argv += ["--cap-add", cap]
+    for limit in spec.get("ulimits") or []:
+        name, soft, hard = limit.split(":")
+        argv += ["--ulimit", "%s=%s:%s" % (name, soft, hard)]
+    return argv + [spec["image"]] + spec["command"]
+
+
+def chat_once(url, key, model, timeout):
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}).encode()
+    request = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                if response.status == 200:
+                    return True
+        except Exception:  # pylint: disable=broad-except
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def bare_bringup(plan):
+    """The bare bring-up on the same images: two containers, Ray head and worker, `vllm serve` inside the head,
+    timed to the first completion. The plan of the last serve.yml gives the specs, so nothing differs but the tool."""
+    head = plan["head"]
+    specs = [plan["nodes"][n]["containers"][0] for n in plan["nodes_order"]]
+    serve = plan["nodes"][head]["serve"]
+    endpoint = plan["cluster"]["endpoint"]
+    with open(endpoint["api_key_file"], encoding="utf-8") as handle:
+        key = handle.read().strip()
+    started = time.monotonic()
+    for spec in specs:
+        subprocess.run(docker_run_argv(spec), check=True, capture_output=True)
+    for dummy in range(600):
+        out = subprocess.run(["docker", "exec", specs[0]["name"], "ray", "status"], capture_output=True, text=True, check=False).stdout
+        if out.count("node_") >= len(specs):
+            break
+        time.sleep(0.5)
+    subprocess.run(["docker", "exec", "-d", specs[0]["name"], "sh", "-c", "exec \"$@\" >> /dgx-spark/logs/vllm.log 2>&1", "sh"]
+                   + serve["command"], check=True)
+    ok = chat_once(endpoint["url"], key, endpoint["served_model_name"], 1800)
+    seconds = time.monotonic() - started
+    subprocess.run(["docker", "rm", "-f"] + [s["name"] for s in specs], capture_output=True, check=False)
+    return seconds if ok else None
+
+
+def profile_tasks(argv, top=12):
+    """Run a playbook with ansible.posix.profile_tasks; return its seconds and the slowest tasks."""
+    env = dict(ENV, ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks", PROFILE_TASKS_TASK_OUTPUT_LIMIT=str(top))
+    started = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        sys.exit("bench: %s failed:\n%s" % (" ".join(argv), proc.stdout[-3000:]))
+    recap = proc.stdout.split("TASKS RECAP", 1)[-1].splitlines()
+    tasks = [line for line in recap if re.search(r" -+ \d+\.\d+s$", line)]
+    return seconds, tasks, proc.stdout
+
+
 def bench_orchestration():
-    print("Orchestration on the 2-node simulated cluster:")
+    """serve.yml from scratch against the bare bring-up on the same images, in one run; a no-change serve.yml with
+    its per-task profile; teardown.yml."""
+    print("Orchestration on the 2-node simulated cluster (images and the model already on the nodes):")
     timed(["ansible-playbook", "playbooks/sim.yml"])
+    timed(["ansible-playbook", "playbooks/serve.yml"])  # the model on every node, the plan of this cluster
+    with open(os.path.join(ROOT, "inventories", "sim", ".artifacts", "plan.json"), encoding="utf-8") as handle:
+        plan = json.load(handle)
     timed(["ansible-playbook", "playbooks/teardown.yml"])
-    log_path = os.path.join(SIM_ROOT, "nodes", "sim-head", "state", "dgx-spark", "logs", "vllm.log")
-    if os.path.exists(log_path):
-        os.truncate(log_path, 0)
-    seconds, dummy = timed(["ansible-playbook", "playbooks/serve.yml"])
-    with open(os.path.join(os.path.dirname(os.path.dirname(log_path)), "run", "vllm.json"), encoding="utf-8") as handle:
-        started_at = json.load(handle)["started_at"]
-    with open(log_path, encoding="utf-8", errors="replace") as handle:
-        startup = vllm_startup_seconds(handle.read(), started_at)
-    with open(os.path.join(ROOT, "inventories", "sim", ".artifacts", "summary.json"), encoding="utf-8") as handle:
-        summary = json.load(handle)
-    first, smoke = float(summary["first_token_seconds"]), float(summary["smoke_test_seconds"])
-    line("serve.yml from scratch to a verified endpoint", "%.1f" % seconds, "s")
-    if startup is not None:
-        line("vLLM's own start-up (process start to its log's startup complete)", "%.1f" % startup, "s")
-        line("vLLM's first streamed token (CPU warm-up of the first request)", "%.1f" % first, "s")
-        line("the profile's smoke tests", "%.1f" % smoke, "s")
-        line("overhead: serve.yml minus vLLM start-up", "%.1f" % (seconds - startup), "s", "<= 30 s")
-        line("overhead: also minus first token and smoke tests", "%.1f" % (seconds - startup - first - smoke), "s", "<= 30 s")
-    seconds, dummy = timed(["ansible-playbook", "playbooks/serve.yml"])
-    line("serve.yml again, nothing to change", "%.1f" % seconds, "s", "<= 20 s")
+    bare = bare_bringup(plan)
+    if bare is None:
+        sys.exit("bench: the bare bring-up gave no completion")
+    scratch, dummy = timed(["ansible-playbook", "playbooks/serve.yml"])
+    line("bare bring-up: docker run head + worker, vllm serve in the head, to a completion", "%.1f" % bare, "s")
+    line("serve.yml from scratch to a verified endpoint", "%.1f" % scratch, "s")
+    line("serve.yml from scratch / bare bring-up", "%.2f" % (scratch / bare), "x", "<= 1.25 x")
+    again, tasks, out = profile_tasks(["ansible-playbook", "playbooks/serve.yml"])
+    changed = sum(h["changed"] for h in recap_of(out).values())
+    line("serve.yml again, nothing to change (changed=%d)" % changed, "%.1f" % again, "s", "<= 10 s, 0 changed")
+    print("    per-task profile of that run (ansible.posix.profile_tasks):")
+    for task in tasks:
+        print("      " + task.strip())
     seconds, dummy = timed(["ansible-playbook", "playbooks/teardown.yml"])
-    line("teardown.yml", "%.1f" % seconds, "s")
+    line("teardown.yml", "%.1f" % seconds, "s", "<= 15 s")
+
+
+def recap_of(out):
+    hosts = {}
+    for match in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M):
+        hosts[match.group(1)] = {"changed": int(match.group(3)), "failed": int(match.group(5))}
+    return hosts
+
+
+def bench_plan8():
+    """Probe and plan for 8 simulated nodes (a network and a root of their own, beside the default cluster)."""
+    import yaml
+
+    print("Probe and plan for 8 simulated nodes:")
+    folder = tempfile.mkdtemp(prefix="bench-sim8.")
+    names = ["sim8-head"] + ["sim8-w%d" % i for i in range(1, 8)]
+    hosts = {n: {"ansible_host": n, "spark_fabric_ip": "10.212.0.%d" % (10 + i), "sim_gid_index": 3 if i == 0 else 5}
+             for i, n in enumerate(names)}
+    with open(os.path.join(ROOT, "inventories", "sim", "group_vars", "all", "sim.yml"), encoding="utf-8") as handle:
+        group_vars = yaml.safe_load(handle)
+    group_vars.update(sim_cluster_root="/var/lib/dgx-spark-sim8", sim_cluster_network="dgx-spark-sim8",
+                      sim_cluster_subnet="10.212.0.0/24", sim_cluster_endpoint_port=8008, vllm_profile_file=os.path.join(folder, "dp8.yml"),
+                      vllm_hf_endpoint="http://10.212.0.5:8090")
+    inventory = {"spark_cluster": {"children": {"spark_head": {"hosts": {names[0]: hosts[names[0]]}},
+                                                "spark_workers": {"hosts": {n: hosts[n] for n in names[1:]}}}},
+                 "all": {"vars": group_vars}}
+    with open(os.path.join(ROOT, "profiles", "sim_tiny.yml"), encoding="utf-8") as handle:
+        profile = yaml.safe_load(handle)
+    profile.update(name="sim_tiny_dp8")
+    profile["parallel"].update(nodes=8, tensor=1, data=8)
+    with open(os.path.join(folder, "dp8.yml"), "w", encoding="utf-8") as handle:
+        yaml.safe_dump(profile, handle)
+    with open(os.path.join(folder, "hosts.yml"), "w", encoding="utf-8") as handle:
+        yaml.safe_dump(inventory, handle)
+    timed(["ansible-playbook", "-i", os.path.join(folder, "hosts.yml"), "playbooks/sim.yml"])
+    try:
+        timed(["ansible-playbook", "-i", os.path.join(folder, "hosts.yml"), "playbooks/plan.yml"])  # the image's flags, read once
+        seconds, tasks, dummy = profile_tasks(["ansible-playbook", "-i", os.path.join(folder, "hosts.yml"), "playbooks/plan.yml"])
+        line("plan.yml on 8 nodes: probe every node and plan", "%.1f" % seconds, "s", "<= 15 s")
+        for task in tasks[:5]:
+            print("      " + task.strip())
+    finally:
+        timed(["ansible-playbook", "-i", os.path.join(folder, "hosts.yml"), "playbooks/sim.yml", "-e", "sim_state=absent"])
 
 
 BENCH_REPO = "dgx-spark-sim/bench-4g"
@@ -272,7 +388,7 @@ def bench_model():
 
 
 def main(argv):
-    wanted = [a for a in argv if not a.startswith("--")] or ["probes", "planner", "sim", "orchestration", "model"]
+    wanted = [a for a in argv if not a.startswith("--")] or ["probes", "planner", "sim", "orchestration", "plan8", "model"]
     if "sim" in wanted:
         bench_sim("--cold" in argv)
     if "probes" in wanted:
@@ -283,6 +399,8 @@ def main(argv):
         bench_planner()
     if "orchestration" in wanted:
         bench_orchestration()
+    if "plan8" in wanted:
+        bench_plan8()
     if "model" in wanted:
         bench_model()
 

@@ -1,0 +1,74 @@
+"""node_probe: what a node's probe reads, fed with captured Docker output through a fake runner."""
+
+import json
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
+
+from helpers import read_fixture
+
+
+def runner(answers):
+    """A run() that answers each argv (matched by its first words) with (rc, stdout, stderr)."""
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        for prefix, answer in answers:
+            if argv[:len(prefix)] == prefix:
+                return answer
+        return 1, "", "unexpected %s" % argv
+
+    run.calls = calls
+    return run
+
+
+def test_docker_info_gives_version_and_runtimes():
+    run = runner([(["docker", "info"], (0, read_fixture("docker", "info-sim.json"), ""))])
+    assert node_probe.docker_info(run) == {"version": "20.10.24+dfsg1",
+                                           "runtimes": ["io.containerd.runc.v2", "io.containerd.runtime.v1.linux", "runc"]}
+
+
+def test_no_daemon_is_none():
+    run = runner([(["docker", "info"], (1, "", "Cannot connect to the Docker daemon"))])
+    assert node_probe.docker_info(run) is None
+
+
+def test_container_env_reads_each_named_container():
+    run = runner([(["docker", "container", "inspect"], (0, read_fixture("docker", "inspect-env-sim.txt"), ""))])
+    envs = node_probe.container_env(run, ["dgx-spark-ray-sim-head", "dgx-spark-ray-sim-worker1"])
+    assert sorted(envs) == ["dgx-spark-ray-sim-head", "dgx-spark-ray-sim-worker1"]
+    assert "VLLM_HOST_IP=10.210.0.10" in envs["dgx-spark-ray-sim-head"]
+    assert "VLLM_HOST_IP=10.210.0.11" in envs["dgx-spark-ray-sim-worker1"]
+    assert node_probe.container_env(run, []) == {}
+
+
+def test_serving_reads_the_state_file_and_asks_whether_the_group_lives():
+    state = json.dumps({"pgid": 300, "config_hash": "88d591a8ea1107ef", "argv": ["vllm"], "started_at": 1.0})
+    alive = runner([(["docker", "exec", "c", "cat"], (0, state, "")), (["docker", "exec", "c", "kill"], (0, "", ""))])
+    assert node_probe.serving(alive, "c", "/dgx-spark/run/vllm.json") == {"running": True, "config_hash": "88d591a8ea1107ef"}
+    dead = runner([(["docker", "exec", "c", "cat"], (0, state, "")), (["docker", "exec", "c", "kill"], (1, "", "No such process"))])
+    assert node_probe.serving(dead, "c", "/dgx-spark/run/vllm.json")["running"] is False
+    none = runner([(["docker", "exec", "c", "cat"], (1, "", "No such file"))])
+    assert node_probe.serving(none, "c", "/dgx-spark/run/vllm.json") == {"running": False, "config_hash": None}
+
+
+def test_image_is_read_once_per_id(tmp_path):
+    info = read_fixture("image_info", "vllm-cpu-0.32.0.json")
+    run = runner([(["docker", "run"], (0, json.dumps(json.loads(info)), ""))])
+    first = node_probe.image(run, "img", "sha256:abc", cache_dir=str(tmp_path))
+    again = node_probe.image(run, "img", "sha256:abc", cache_dir=str(tmp_path))
+    assert (first["cached"], again["cached"]) == (False, True)
+    assert len(run.calls) == 1 and first["version"] == again["version"]
+
+
+def test_model_config_and_weights_from_the_hub_cache(tmp_path):
+    snapshot = tmp_path / "huggingface" / "hub" / "models--org--m" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    (tmp_path / "huggingface" / "hub" / "models--org--m" / "refs").mkdir()
+    (tmp_path / "huggingface" / "hub" / "models--org--m" / "refs" / "main").write_text("a" * 40)
+    (snapshot / "config.json").write_text(json.dumps({"num_hidden_layers": 2}))
+    (snapshot / "model-00001.safetensors").write_bytes(b"x" * 100)
+    (snapshot / "model-00002.safetensors").write_bytes(b"x" * 50)
+    config, weights = node_probe.model(str(tmp_path), "org/m")
+    assert config == {"num_hidden_layers": 2} and weights == 150
+    assert node_probe.model(str(tmp_path), "org/other") == (None, None)
