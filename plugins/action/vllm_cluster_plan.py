@@ -27,7 +27,7 @@ ARGUMENT_SPEC = dict(
     profile_file=dict(type="path"),
     profile_dirs=dict(type="list", elements="path", default=[]),
     backend=dict(type="str", choices=["ray", "mp"]),
-    stage=dict(type="str", default="full", choices=["inventory", "full"]),
+    stage=dict(type="str", default="full", choices=["paths", "inventory", "full"]),
     head_group=dict(type="str", default="spark_head"),
     worker_group=dict(type="str", default="spark_workers"),
     probe_fact=dict(type="str", default="preflight_probe"),
@@ -39,6 +39,19 @@ ARGUMENT_SPEC = dict(
     weights_bytes=dict(type="int"),
     fail_on_error=dict(type="bool", default=True),
 )
+
+
+def inventory_nodes(task_vars, args):
+    """The head group, the order and each node's inventory values and probe facts."""
+    groups = task_vars.get("groups", {})
+    hostvars = task_vars.get("hostvars", {})
+    heads, order = node_order(groups, args["head_group"], args["worker_group"])
+    nodes = {}
+    for host in order:
+        values = hostvars.get(host, {})
+        nodes[host] = dict(values.get(args["probe_fact"]) or {}, fabric_ip=values.get("spark_fabric_ip"),
+                           fabric_interfaces=values.get("spark_fabric_interfaces") or None)
+    return groups, heads, order, nodes
 
 
 def key_digest(path):
@@ -61,6 +74,8 @@ class ActionModule(ActionBase):
         validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         del validation
         task_vars = task_vars or {}
+        if args["stage"] == "paths":
+            return self.paths(result, args, task_vars)
         if not args["profile"] and not args["profile_file"]:
             known = profiles.available(list(args["profile_dirs"]) + [COLLECTION_PROFILES])
             raise AnsibleActionFail("no profile: set vllm_profile to a profile name (%s) or vllm_profile_file to a profile "
@@ -78,14 +93,7 @@ class ActionModule(ActionBase):
         except profiles.ProfileError as exc:
             raise AnsibleActionFail(to_text(exc))
 
-        groups = task_vars.get("groups", {})
-        hostvars = task_vars.get("hostvars", {})
-        heads, order = node_order(groups, args["head_group"], args["worker_group"])
-        nodes = {}
-        for host in order:
-            values = hostvars.get(host, {})
-            nodes[host] = dict(values.get(args["probe_fact"]) or {}, fabric_ip=values.get("spark_fabric_ip"),
-                               fabric_interfaces=values.get("spark_fabric_interfaces") or None)
+        groups, heads, order, nodes = inventory_nodes(task_vars, args)
         image_info = (nodes.get(heads[0], {}) if heads else {}).get("image")
         inputs = {
             "groups": {g: list(groups.get(g) or []) for g in ("spark_cluster", args["head_group"], args["worker_group"])},
@@ -115,4 +123,13 @@ class ActionModule(ActionBase):
             result["failed"] = True
             result["msg"] = "The plan has %d error(s); nothing was changed:\n%s" % (
                 len(plan["errors"]), "\n".join("- [%s] %s" % (e["host"], e["message"]) for e in plan["errors"]))
+        return result
+
+    def paths(self, result, args, task_vars):
+        """stage=paths: names and paths only, no profile (teardown.yml, status.yml)."""
+        dummy, heads, order, nodes = inventory_nodes(task_vars, args)
+        plan = planner.cluster_paths({"head_hosts": heads, "order": order, "nodes": nodes, "settings": args["settings"]})
+        result.update(plan=plan, plan_text=[], changed=False)
+        if plan["errors"] and args["fail_on_error"]:
+            result.update(failed=True, msg="; ".join(e["message"] for e in plan["errors"]))
         return result

@@ -100,6 +100,8 @@ def container_name(settings, role, node):
 
 def model_dir(models_dir, model_id):
     """Where a model's files are on a node: a path under /models as it is, else the Hugging Face cache's folder."""
+    if model_id is None:
+        return None
     if model_id.startswith(MODELS_MOUNT + "/"):
         return models_dir + model_id[len(MODELS_MOUNT):]
     return "%s/huggingface/hub/models--%s" % (models_dir, model_id.replace("/", "--"))
@@ -127,4 +129,19 @@ def node_paths(settings, node, model_id):
         "rsync_config": state + "/run/rsyncd.conf",
         "rsync_pid": state + "/run/rsyncd.pid",
         "rsync_secrets": state + "/secrets/rsyncd.secrets",
+        "rsync_log": state + "/logs/rsyncd.log",
+        "ring_netplan": state + "/run/60-dgx-spark-ring.yaml",
     }
+
+
+def mounts():
+    """Where the containers see the node's folders, and the files in them the launcher reads."""
+    return {"state": STATE_MOUNT, "models": MODELS_MOUNT, "api_key_file": STATE_MOUNT + "/secrets/vllm_api_key"}
+
+
+def reports(settings):
+    """The controller's reports of a run."""
+    folder = settings["artifacts_dir"]
+    if not folder:
+        return {"plan": None, "summary": None, "logs": None}
+    return {"plan": folder + "/plan.json", "summary": folder + "/summary.json", "logs": folder + "/logs"}

@@ -25,10 +25,30 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_command
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as environment
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_nodes as nodes_check
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import (
-    LABEL, Findings, container_name, digest, node_paths, normalize_settings)
+    LABEL, Findings, container_name, digest, mounts, node_paths, normalize_settings, reports)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_inventory import (
     check_inventory, parallel_sizes, utilization)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_memory import memory
+
+
+def cluster_paths(inputs):
+    """What needs no profile: every node's paths and container names, the endpoint, where the reports go. The
+    playbooks that run without a profile (teardown.yml, status.yml) take their names and paths from it."""
+    settings = normalize_settings(inputs.get("settings"))
+    findings = Findings()
+    order, head = inputs.get("order", []), (inputs.get("head_hosts") or [None])[0]
+    if len(inputs.get("head_hosts") or []) != 1:
+        findings.error("spark_head", inputs.get("head_hosts"), "the inventory needs exactly one host in spark_head")
+    head_ip = str((inputs["nodes"].get(head) or {}).get("fabric_ip"))
+    url = (settings["public_url"] or "http://%s:%d" % (head_ip, settings["port"])).rstrip("/")
+    result = {"stage": "paths", "head": head, "nodes_order": order,
+              "nodes": {n: {"is_head": n == head, "fabric_ip": str(inputs["nodes"][n].get("fabric_ip")), "paths": node_paths(settings, n, None),
+                            "containers": {role: container_name(settings, role, n) for role in ("ray", "vllm")}} for n in order},
+              "cluster": {"name": settings["cluster_name"], "artifacts_dir": settings["artifacts_dir"],
+                          "reports": reports(settings),
+                          "expected_ips": [str(inputs["nodes"][n].get("fabric_ip")) for n in order],
+                          "endpoint": {"url": url, "api_key_file": settings["api_key_file"]}}}
+    return finish(result, findings)
 
 
 def make_plan(inputs, stage="full"):
@@ -103,7 +123,7 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
         "hash": digest({"image": image.get("id") or settings["image"], "common": common, "backend": backend, "head_ip": head_ip,
                         "parallel": result["parallel"], "settings": {k: settings[k] for k in (
                             "network_mode", "ipc_mode", "shm_size", "devices", "gpus", "capabilities", "ulimits", "ray_port")}}),
-        "artifacts_dir": settings["artifacts_dir"],
+        "artifacts_dir": settings["artifacts_dir"], "reports": reports(settings), "mounts": mounts(),
         "endpoint": {"url": url, "port": settings["port"], "health_url": url + "/health", "models_url": url + "/v1/models",
                      "local_health_url": "http://127.0.0.1:%d/health" % settings["port"],
                      "served_model_name": profile["model"].get("served_name") or profile["model"]["id"],
@@ -137,8 +157,13 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
         entry["serve"] = {"container": spec["name"], "argv": argv, "command": [commands.LAUNCHER] + argv[2:],
                           "log": commands.VLLM_LOG if backend == "ray" else None, "config_hash": node_hash}
     if is_head:
-        entry["helpers"] = {"model_fetch": {"name": "%s-model-fetch" % settings["cluster_name"], "argv": commands.model_fetch_argv(
-            inputs, name, paths, cluster["model"]["id"], cluster["model"]["revision"])}}
+        entry["helpers"] = {
+            "model_fetch": {"name": "%s-model-fetch" % settings["cluster_name"], "argv": commands.model_fetch_argv(
+                inputs, name, paths, cluster["model"]["id"], cluster["model"]["revision"])},
+            # The head serves its copy to the workers, read-only, on its fabric address, for the copy only.
+            "rsync": {"address": fabric_ip, "port": settings["rsync_port"], "url": "rsync://dgx-spark@%s:%d/model/" % (fabric_ip, settings["rsync_port"]),
+                      "hosts_allow": " ".join(ip for ip in cluster["expected_ips"] if ip != fabric_ip),
+                      "max_connections": len(cluster["expected_ips"])}}
     return entry
 
 

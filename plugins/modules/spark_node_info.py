@@ -10,7 +10,7 @@ module: spark_node_info
 short_description: Read everything the planner needs from one node, in one call
 version_added: 0.2.0
 description:
-  - One module call per node instead of one per fact: a task costs a round trip to the node, and a re-run on a
+  - One module call per node instead of one per fact, since a task costs a round trip to the node and a re-run on a
     healthy cluster should take seconds. It reads what the single-purpose probes read, with their code.
   - Unified memory (as M(dgx_spark.vllm.unified_memory_info)), RoCE ports and GIDs (as
     M(dgx_spark.vllm.roce_gid_info)), Docker's version and runtimes, the image's ID and, with O(read_image), its vLLM,

@@ -58,10 +58,12 @@ options:
     type: str
     choices: [ray, mp]
   stage:
-    description: C(inventory) checks only what needs no probe facts (groups, fabric IPs, backend, parallel sizes).
+    description:
+      - C(inventory) checks only what needs no probe facts (groups, fabric IPs, backend, parallel sizes).
+      - C(paths) needs no profile: it returns only every node's paths and container names and the endpoint (teardown.yml, status.yml).
     type: str
     default: full
-    choices: [inventory, full]
+    choices: [paths, inventory, full]
   head_group:
     description: Group holding exactly one head host.
     type: str
