@@ -191,7 +191,7 @@ def main():
                   listening=node_probe.lines(runner, ["ss", "-H", "-t", "-l", "-n"]), vllm=None, model_config=None, weights_bytes=None)
     if result["docker"] is not None:
         result["docker_ps"] = node_probe.lines(runner, [docker, "ps", "--all", "--no-trunc", "--format", "{{json .}}"])
-        existing = {line for line in result["docker_ps"]}
+        existing = set(result["docker_ps"])
         named = [n for n in p["containers"] if any('"Names":"%s"' % n in line for line in existing)]
         result["container_env"] = node_probe.container_env(runner, named, docker)
         if p["image"]:
