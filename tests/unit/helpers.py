@@ -100,3 +100,38 @@ def spark_inputs(profile, root, count=2, backend=None, meminfo="gb10-idle.txt", 
         "settings": base,
         "image_info": image_facts(),
     }
+
+
+def run_module(name, args):
+    """Run a module of the checkout as Ansible runs it on a node (its own process, arguments as JSON); its answer."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump({"ANSIBLE_MODULE_ARGS": args}, handle)
+    try:
+        proc = subprocess.run([sys.executable, os.path.join(root, "plugins", "modules", name + ".py"), handle.name],
+                              env=dict(os.environ, PYTHONPATH=os.path.join(root, ".collections")),
+                              capture_output=True, text=True, check=False, timeout=120)
+    finally:
+        os.unlink(handle.name)
+    return json.loads(proc.stdout)
+
+
+def run_action(name, args):
+    """Run an action plugin of the checkout on the controller (ansible localhost -m), with the json callback."""
+    import json
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(root, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_INVENTORY_UNPARSED_WARNING="0", ANSIBLE_LOCALHOST_WARNING="0")
+    proc = subprocess.run([os.path.join(root, ".venv", "bin", "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+                           "-m", "dgx_spark.vllm." + name, "-a", json.dumps(args)],
+                          cwd=root, env=env, capture_output=True, text=True, check=False, timeout=120)
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
