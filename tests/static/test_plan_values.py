@@ -52,3 +52,27 @@ def test_the_scan_sees_what_it_looks_for():
 @pytest.mark.parametrize("path", files())
 def test_no_role_recomputes_a_value_of_the_plan(path):
     assert offending(path) == []
+
+
+def test_the_documented_defaults_are_the_planners():
+    """One set of defaults: preflight passes null for what the inventory leaves unset, the planner fills it in; the
+    argument specs (and the AWX surveys made from them) document the same values."""
+    import yaml
+
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import DEFAULT_SETTINGS
+
+    with open(os.path.join(ROOT, "roles", "preflight", "defaults", "main.yml"), encoding="utf-8") as handle:
+        settings = yaml.safe_load(handle)["preflight_settings"]
+    with open(os.path.join(ROOT, "roles", "preflight", "meta", "argument_specs.yml"), encoding="utf-8") as handle:
+        options = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+    checked = 0
+    for key, template in settings.items():
+        match = re.match(r"\{\{ (\w+) \| default\(none\) \}\}$", str(template))
+        if not match:
+            continue
+        assert key in DEFAULT_SETTINGS, key
+        documented = (options.get(match.group(1)) or {}).get("default")
+        if documented is not None:
+            assert documented == DEFAULT_SETTINGS[key], "%s: documented %r, the planner uses %r" % (match.group(1), documented, DEFAULT_SETTINGS[key])
+            checked += 1
+    assert checked >= 5
