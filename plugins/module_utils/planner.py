@@ -147,7 +147,10 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
         spec = commands.container_spec(inputs, name, "ray", env, paths, commands.ray_command(inputs, fabric_ip, is_head, cluster["head_ip"]))
     else:
         spec = commands.container_spec(inputs, name, "vllm", env, paths, [commands.LAUNCHER] + argv[2:])
-    node_hash = digest({"cluster": cluster["hash"], "containers": [spec]})
+    hashed = {"cluster": cluster["hash"], "containers": [spec]}
+    if backend == "mp" and inputs.get("api_key_digest"):  # each rank's vLLM reads the key when its container starts
+        hashed["api_key"] = inputs["api_key_digest"]
+    node_hash = digest(hashed)
     spec["labels"][LABEL + ".config_hash"] = node_hash
     entry = {"rank": rank, "is_head": is_head, "fabric_ip": fabric_ip, "env_common": cluster["env_common"],
              "env_node": dict(sorted(node_env.items())), "env": dict(sorted(env.items())), "containers": [spec],
@@ -191,7 +194,9 @@ def decide_changes(inputs, nodes, cluster, head):
     changing = any(c != "none" for n in order for c in nodes[n]["changes"].values())
     for name in order:
         serve = nodes[name].get("serve")
-        if serve:
+        if serve and inputs["backend"] == "mp":  # vLLM is the container's own process: it changes with the container
+            serve["change"] = "none" if not changing else "start"
+        elif serve:
             vllm = inputs["nodes"][name].get("vllm")
             unchanged = vllm and vllm.get("running") and vllm.get("config_hash") == serve["config_hash"] and not changing
             serve["change"] = "none" if unchanged else ("start" if vllm is not None or changing else "unknown")
