@@ -393,3 +393,15 @@ def test_groups_outside_spark_cluster_are_refused(tmp_path, m25):
 def test_ports_must_be_ports_and_differ(tmp_path, m25):
     assert "vllm_port 70000 is not a TCP port" in errors(planner.make_plan(spark_inputs(m25, tmp_path, settings={"port": 70000})))[0]
     assert "must differ" in errors(planner.make_plan(spark_inputs(m25, tmp_path, settings={"port": 6379})))[0]
+
+
+def test_a_new_api_key_restarts_vllm_but_not_ray(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    first = planner.make_plan(dict(inputs, api_key_digest="k1"))
+    second = planner.make_plan(dict(inputs, api_key_digest="k2"))
+    assert first["nodes"]["spark2"]["config_hash"] == second["nodes"]["spark2"]["config_hash"]
+    assert first["cluster"]["serve_config_hash"] != second["cluster"]["serve_config_hash"]
+    mp_first = planner.make_plan(dict(spark_inputs(m25, tmp_path / "mp", backend="mp"), api_key_digest="k1"))
+    mp_second = planner.make_plan(dict(spark_inputs(m25, tmp_path / "mp2", backend="mp"), api_key_digest="k2"))
+    assert mp_first["nodes"]["spark2"]["config_hash"] != mp_second["nodes"]["spark2"]["config_hash"]
+    assert "k1" not in json.dumps(first) and "k2" not in json.dumps(second)
