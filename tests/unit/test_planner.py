@@ -397,11 +397,11 @@ def test_ports_must_be_ports_and_differ(tmp_path, m25):
 
 def test_a_new_api_key_restarts_vllm_but_not_ray(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
-    first = planner.make_plan(dict(inputs, api_key_digest="k1"))
-    second = planner.make_plan(dict(inputs, api_key_digest="k2"))
+    first = planner.make_plan(dict(inputs, api_key_digest="DIGEST-ONE"))
+    second = planner.make_plan(dict(inputs, api_key_digest="DIGEST-TWO"))
     assert first["nodes"]["spark2"]["config_hash"] == second["nodes"]["spark2"]["config_hash"]
     assert first["cluster"]["serve_config_hash"] != second["cluster"]["serve_config_hash"]
-    mp_first = planner.make_plan(dict(spark_inputs(m25, tmp_path / "mp", backend="mp"), api_key_digest="k1"))
-    mp_second = planner.make_plan(dict(spark_inputs(m25, tmp_path / "mp2", backend="mp"), api_key_digest="k2"))
+    mp_first = planner.make_plan(dict(spark_inputs(m25, tmp_path / "mp", backend="mp"), api_key_digest="DIGEST-ONE"))
+    mp_second = planner.make_plan(dict(spark_inputs(m25, tmp_path / "mp2", backend="mp"), api_key_digest="DIGEST-TWO"))
     assert mp_first["nodes"]["spark2"]["config_hash"] != mp_second["nodes"]["spark2"]["config_hash"]
-    assert "k1" not in json.dumps(first) and "k2" not in json.dumps(second)
+    assert "DIGEST-ONE" not in json.dumps(first) and "DIGEST-TWO" not in json.dumps(second)
