@@ -9,6 +9,7 @@ call reads a node whole (spark_node_info) and each single-purpose module reads i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -133,6 +134,23 @@ def serving(run, container, state_file, docker="docker"):
         return {"running": False, "config_hash": None}
     rc, dummy, dummy = run(pg.alive_argv(docker, container, state["pgid"]))
     return {"running": rc == 0, "config_hash": state.get("config_hash")}
+
+
+def state(paths):
+    """What the node holds of ``paths``: {path: "dir", a file's sha256, or None when absent}. Small files only (the
+    launcher, Ray's carry-over list); what the plan would write is compared with it."""
+    found = {}
+    for path in paths:
+        if os.path.isdir(path):
+            found[path] = "dir"
+        elif os.path.isfile(path):
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                digest.update(handle.read())
+            found[path] = digest.hexdigest()
+        else:
+            found[path] = None
+    return found
 
 
 def model(models_dir, model_id, revision=None):

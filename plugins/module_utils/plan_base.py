@@ -52,9 +52,10 @@ DEFAULT_SETTINGS = {
     "model_disk_reserve_gb": 2,
     "model_verify_checksums": False,
     "rsync_port": 8730,
+    "image_build": False,               # the image role builds the image on the head (image_build)
 }
 INTEGERS = ("port", "ray_port", "master_port", "gpus_per_node", "rsync_port")
-BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums")
+BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build")
 # The state folders of a node, under <state_dir>/<cluster>, each with its mode.
 STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("bin", "0755"), ("secrets", "0700"))
 
@@ -135,8 +136,8 @@ def node_paths(settings, node, model_id):
 
 
 def mounts():
-    """Where the containers see the node's folders, and the files in them the launcher reads."""
-    return {"state": STATE_MOUNT, "models": MODELS_MOUNT, "api_key_file": STATE_MOUNT + "/secrets/vllm_api_key"}
+    """Where the containers see the node's folders."""
+    return {"state": STATE_MOUNT, "models": MODELS_MOUNT}
 
 
 def reports(settings):

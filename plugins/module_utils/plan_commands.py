@@ -6,12 +6,39 @@
 
 from __future__ import annotations
 
+import json
+
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import flags as flag_utils
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import LABEL, MODELS_MOUNT, STATE_MOUNT, container_name
 
 OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for plasma otherwise
 LAUNCHER = STATE_MOUNT + "/bin/vllm-serve"
 VLLM_LOG = STATE_MOUNT + "/logs/vllm.log"
+API_KEY_FILE = STATE_MOUNT + "/secrets/vllm_api_key"
+# The launcher runs `vllm serve` with the arguments it is given. The API key is read from a file only root can read,
+# so it never appears on a command line, in `docker inspect` or in a log, and Ray does not carry it to the workers
+# (ray_non_carry_over_env_vars.json lists it).
+LAUNCHER_SCRIPT = """#!/bin/sh
+# Written by dgx_spark.vllm (the plan's launcher): runs `vllm serve` with the arguments it is given.
+# The API key is read from a file only root can read, so it never appears on a command line, in
+# `docker inspect` or in a log, and Ray does not carry it to the workers (ray_non_carry_over_env_vars.json).
+set -e
+key_file=%s
+if [ -r "$key_file" ]; then
+  VLLM_API_KEY=$(cat "$key_file")
+  export VLLM_API_KEY
+fi
+exec vllm serve "$@"
+""" % API_KEY_FILE
+
+
+def state_files(inputs, paths, non_carry):
+    """The small files a node's state folder holds: the launcher, and with Ray the names it must not carry over."""
+    files = [{"path": paths["launcher"], "content": LAUNCHER_SCRIPT, "mode": "0755"}]
+    if inputs["backend"] == "ray":
+        files.append({"path": paths["non_carry_over_file"], "content": json.dumps(non_carry, indent=4, sort_keys=True) + "\n",
+                      "mode": "0644"})
+    return files
 
 
 def serve_flags(inputs, findings, parallel):

@@ -116,8 +116,13 @@ def check_balance(order, nodes, settings, findings):
                        % ", ".join("%s %s" % (n, _gib(v)) for n, v in available.items()))
 
 
-def check_images(order, nodes, findings):
-    """Every node must run the same image ID (fact 14); returns the nodes that lack it (the image role places it)."""
+def check_images(order, nodes, findings, image=None, build=False):
+    """Every node must run the same image ID (fact 14), the head must hold it unless the image role builds it there;
+    returns the nodes that lack it (the image role copies it from the head)."""
+    head = order[0] if order else None
+    if head and "docker" in nodes[head] and nodes[head].get("docker") and not nodes[head].get("image_id") and not build:
+        findings.error(head, image, "The head %s does not hold %s; pull or load it there, or set image_build with image_base to "
+                       "build it" % (head, image))
     images = {n: nodes[n]["image_id"] for n in order if nodes[n].get("image_id")}
     if len(set(images.values())) > 1:
         findings.error("all", images, "nodes run different images: %s; every node must run the same image ID (the image role "

@@ -20,6 +20,7 @@ remedy); the play stops before any change when there is an error. Its parts, one
 from __future__ import annotations
 
 import copy
+import hashlib
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_commands as commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as environment
@@ -29,6 +30,20 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import (
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_inventory import (
     check_inventory, parallel_sizes, utilization)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_memory import memory
+
+
+def probe_paths(paths):
+    """The folders and files of a node's state the probe looks for (the plan writes what is missing or differs)."""
+    return [f["path"] for f in paths["folders"]] + [paths["launcher"], paths["non_carry_over_file"]]
+
+
+def state_writes(facts, paths, files):
+    """The folders the node lacks and the files whose content differs from the plan's (all, when not probed)."""
+    found = facts.get("state")
+    if found is None:
+        return {"folders": paths["folders"], "files": files}
+    return {"folders": [f for f in paths["folders"] if found.get(f["path"]) != "dir"],
+            "files": [f for f in files if found.get(f["path"]) != hashlib.sha256(f["content"].encode("utf-8")).hexdigest()]}
 
 
 def cluster_paths(inputs):
@@ -65,7 +80,8 @@ def make_plan(inputs, stage="full"):
                         "revision": commands.model_revision(inputs)},
               "image": {"name": settings["image"], "gpus": commands.gpus(settings)},
               "nodes": {n: {"is_head": n == head, "paths": node_paths(settings, n, profile["model"]["id"]),
-                            "container": container_name(settings, "ray" if inputs.get("backend") == "ray" else "vllm", n)}
+                            "container": container_name(settings, "ray" if inputs.get("backend") == "ray" else "vllm", n),
+                            "probe_paths": probe_paths(node_paths(settings, n, None))}
                         for n in order}}
     if settings["offline"]:
         findings.warn("offline plan: no node was probed; RoCE ports, GID indexes and the image's flags are placeholders or "
@@ -94,7 +110,7 @@ def make_plan(inputs, stage="full"):
         nodes_check.check_node(name, inputs["nodes"][name], settings, [c["name"] for c in result["nodes"][name]["containers"]],
                                result["nodes"][name]["ports"], findings)
     nodes_check.check_balance(order, inputs["nodes"], settings, findings)
-    result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings)
+    result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])
     result.update(cluster=cluster, deviations=profile.get("deviations") or [])
     return finish(result, findings)
 
@@ -123,7 +139,7 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
         "hash": digest({"image": image.get("id") or settings["image"], "common": common, "backend": backend, "head_ip": head_ip,
                         "parallel": result["parallel"], "settings": {k: settings[k] for k in (
                             "network_mode", "ipc_mode", "shm_size", "devices", "gpus", "capabilities", "ulimits", "ray_port")}}),
-        "artifacts_dir": settings["artifacts_dir"], "reports": reports(settings), "mounts": mounts(),
+        "artifacts_dir": settings["artifacts_dir"], "reports": reports(settings), "mounts": mounts(), "image_build": settings["image_build"],
         "endpoint": {"url": url, "port": settings["port"], "health_url": url + "/health", "models_url": url + "/v1/models",
                      "local_health_url": "http://127.0.0.1:%d/health" % settings["port"],
                      "served_model_name": profile["model"].get("served_name") or profile["model"]["id"],
@@ -156,6 +172,7 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
              "env_node": dict(sorted(node_env.items())), "env": dict(sorted(env.items())), "containers": [spec],
              "config_hash": node_hash, "state_dir": paths["state_dir"], "models_dir": paths["models_dir"], "paths": paths,
              "ports": nodes_check.node_ports(settings, backend, is_head)}
+    entry["writes"] = state_writes(inputs["nodes"][name], paths, commands.state_files(inputs, paths, cluster["non_carry_over_env_vars"]))
     if is_head or backend == "mp":
         entry["serve"] = {"container": spec["name"], "argv": argv, "command": [commands.LAUNCHER] + argv[2:],
                           "log": commands.VLLM_LOG if backend == "ray" else None, "config_hash": node_hash}
@@ -203,4 +220,5 @@ def decide_changes(inputs, nodes, cluster, head):
     cluster.setdefault("serve_config_hash", nodes.get(head, {}).get("serve", {}).get("config_hash"))
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
-    cluster["apply_needed"] = bool(cluster["changes"]) or any((nodes[n].get("serve") or {}).get("change", "none") != "none" for n in order)
+    cluster["apply_needed"] = (bool(cluster["changes"]) or any((nodes[n].get("serve") or {}).get("change", "none") != "none" for n in order)
+                               or any(nodes[n]["writes"]["folders"] or nodes[n]["writes"]["files"] for n in order))

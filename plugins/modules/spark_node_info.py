@@ -75,6 +75,11 @@ options:
   revision:
     description: The model's revision.
     type: str
+  paths:
+    description: Folders and small files of the plan to look for; RV(state) says which are there, and each file's sha256.
+    type: list
+    elements: path
+    default: []
   docker:
     description: The Docker CLI.
     type: str
@@ -136,6 +141,10 @@ weights_bytes:
   description: The size of the model's C(*.safetensors); null when the model is not here.
   type: int
   returned: always
+state:
+  description: For each of O(paths), C(dir), the file's sha256, or null when absent.
+  type: dict
+  returned: always
 """
 
 import os
@@ -166,6 +175,7 @@ def main():
             models_dir=dict(type="path"),
             model=dict(type="str"),
             revision=dict(type="str"),
+            paths=dict(type="list", elements="path", default=[]),
             docker=dict(type="str", default="docker"),
         ),
         supports_check_mode=True,
@@ -188,7 +198,8 @@ def main():
         module.warn(warning)
     result = dict(changed=False, memory=memory, roce={"roce_devices": ports, "nccl_ib_hca": hca, "nccl_gid_index": index},
                   docker=node_probe.docker_info(runner, docker), image_id=None, image=None, docker_ps=[], container_env={},
-                  listening=node_probe.lines(runner, ["ss", "-H", "-t", "-l", "-n"]), vllm=None, model_config=None, weights_bytes=None)
+                  listening=node_probe.lines(runner, ["ss", "-H", "-t", "-l", "-n"]), vllm=None, model_config=None, weights_bytes=None,
+                  state=node_probe.state(p["paths"]))
     if result["docker"] is not None:
         result["docker_ps"] = node_probe.lines(runner, [docker, "ps", "--all", "--no-trunc", "--format", "{{json .}}"])
         existing = set(result["docker_ps"])

@@ -36,7 +36,7 @@ def test_names_reports_and_mounts():
     assert plan_base.reports(settings) == {"plan": "/inv/.artifacts/plan.json", "summary": "/inv/.artifacts/summary.json",
                                            "logs": "/inv/.artifacts/logs"}
     assert plan_base.reports(plan_base.normalize_settings({}))["plan"] is None
-    assert plan_base.mounts()["api_key_file"] == "/dgx-spark/secrets/vllm_api_key"
+    assert plan_base.mounts() == {"state": "/dgx-spark", "models": "/models"}
 
 
 def test_findings_keep_host_value_and_message_and_digest_is_stable():

@@ -110,3 +110,13 @@ def test_head_and_worker_ports():
     assert plan_nodes.node_ports(settings, "ray", True) == [6379, 9000]
     assert plan_nodes.node_ports(settings, "mp", True) == [9000, 29501]
     assert plan_nodes.node_ports(settings, "ray", False) == []
+
+
+def test_a_head_without_the_image_is_refused_unless_the_image_role_builds_it():
+    nodes = {"h": probed(image_id=None), "w": probed(image_id=None)}
+    refused, built = Findings(), Findings()
+    assert plan_nodes.check_images(["h", "w"], nodes, refused, "img:missing") == ["h", "w"]
+    assert messages(refused) == ["The head h does not hold img:missing; pull or load it there, or set image_build with image_base "
+                                 "to build it"]
+    plan_nodes.check_images(["h", "w"], nodes, built, "img:missing", build=True)
+    assert built.errors == []

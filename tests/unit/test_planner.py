@@ -1,6 +1,7 @@
 """planner: one pure plan from inventory, probe facts (captured) and a profile."""
 
 import copy
+import hashlib
 import json
 import os
 import sys
@@ -405,3 +406,19 @@ def test_a_new_api_key_restarts_vllm_but_not_ray(tmp_path, m25):
     mp_second = planner.make_plan(dict(spark_inputs(m25, tmp_path / "mp2", backend="mp"), api_key_digest="DIGEST-TWO"))
     assert mp_first["nodes"]["spark2"]["config_hash"] != mp_second["nodes"]["spark2"]["config_hash"]
     assert "DIGEST-ONE" not in json.dumps(first) and "DIGEST-TWO" not in json.dumps(second)
+
+
+def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
+    first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
+    head = first["nodes"]["spark1"]
+    assert [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]] == ["vllm-serve", "ray_non_carry_over_env_vars.json"]
+    assert json.loads(head["writes"]["files"][1]["content"]) == first["cluster"]["non_carry_over_env_vars"]
+    assert "key_file=/dgx-spark/secrets/vllm_api_key" in head["writes"]["files"][0]["content"]
+    inputs = spark_inputs(m25, tmp_path / "b")
+    found = {f["path"]: "dir" for f in head["paths"]["folders"]}
+    found.update({f["path"]: hashlib.sha256(f["content"].encode()).hexdigest() for f in head["writes"]["files"]})
+    inputs["nodes"]["spark1"]["state"] = found
+    again = planner.make_plan(inputs)["nodes"]["spark1"]["writes"]
+    assert again == {"folders": [], "files": []}
+    inputs["nodes"]["spark1"]["state"] = dict(found, **{head["paths"]["launcher"]: "0" * 64})
+    assert [f["path"] for f in planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["files"]] == [head["paths"]["launcher"]]
