@@ -60,7 +60,7 @@ options:
   stage:
     description:
       - C(inventory) checks only what needs no probe facts (groups, fabric IPs, backend, parallel sizes).
-      - C(paths) needs no profile: it returns only every node's paths and container names and the endpoint (teardown.yml, status.yml).
+      - C(paths) needs no profile, and returns only every node's paths and container names and the endpoint (teardown.yml, status.yml).
     type: str
     default: full
     choices: [paths, inventory, full]
