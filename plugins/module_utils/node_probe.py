@@ -17,6 +17,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils import image_info a
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files as mf
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.roce import nccl_choice, read_devices
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.unified_memory import (
     parse_compute_apps, parse_gpu_query, parse_meminfo, read_processes, summarize, validate_utilization)
 
@@ -58,6 +59,15 @@ def memory(run, warn, proc_root, nvidia_smi_path, nvidia_smi_name, utilization=N
     if fact["mem_available_estimated"]:
         warn("%s has no MemAvailable line; it was estimated from MemFree and the caches" % meminfo_path)
     return fact
+
+
+def roce(sysfs_root, warn):
+    """The roce_gid_info answer: every RDMA port and its GIDs, and the NCCL choices they imply. Raises ProbeError."""
+    ports, warnings = read_devices(sysfs_root)
+    hca, index, more = nccl_choice(ports)
+    for warning in warnings + more:
+        warn(warning)
+    return {"roce_devices": ports, "nccl_ib_hca": hca, "nccl_gid_index": index}
 
 
 def image_id(run, image, docker="docker"):

@@ -135,6 +135,11 @@ def node_paths(settings, node, model_id):
     }
 
 
+def endpoint_url(settings, head_ip):
+    """The URL the controller reaches the endpoint at: vllm_public_url, else the head's fabric IP and vllm_port."""
+    return (settings["public_url"] or "http://%s:%d" % (head_ip, settings["port"])).rstrip("/")
+
+
 def mounts():
     """Where the containers see the node's folders."""
     return {"state": STATE_MOUNT, "models": MODELS_MOUNT}

@@ -26,12 +26,17 @@ def check_groups(groups, findings, cluster_group="spark_cluster"):
                        "(inventories/sparks/hosts.yml shows how)" % (", ".join(outside), cluster_group, cluster_group))
 
 
-def check_inventory(inputs, findings):
-    """Groups, fabric IPs, backend: what can be checked before any probe."""
-    heads = inputs.get("head_hosts") or []
+def check_head(heads, findings):
+    """Exactly one head: it serves the endpoint and holds rank 0."""
+    heads = heads or []
     if len(heads) != 1:
         findings.error("spark_head", heads, "the inventory needs exactly one host in spark_head, found %d (%s); "
                        "put the node that serves the endpoint there" % (len(heads), ", ".join(heads) or "none"))
+
+
+def check_inventory(inputs, findings):
+    """Groups, fabric IPs, backend: what can be checked before any probe."""
+    check_head(inputs.get("head_hosts"), findings)
     check_groups(inputs.get("groups"), findings)
     seen = {}
     for name in inputs.get("order", []):

@@ -26,9 +26,9 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_command
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as environment
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_nodes as nodes_check
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import (
-    LABEL, Findings, container_name, digest, mounts, node_paths, normalize_settings, reports)
+    LABEL, Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_inventory import (
-    check_inventory, parallel_sizes, utilization)
+    check_head, check_inventory, parallel_sizes, utilization)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_memory import memory
 
 
@@ -52,10 +52,8 @@ def cluster_paths(inputs):
     settings = normalize_settings(inputs.get("settings"))
     findings = Findings()
     order, head = inputs.get("order", []), (inputs.get("head_hosts") or [None])[0]
-    if len(inputs.get("head_hosts") or []) != 1:
-        findings.error("spark_head", inputs.get("head_hosts"), "the inventory needs exactly one host in spark_head")
-    head_ip = str((inputs["nodes"].get(head) or {}).get("fabric_ip"))
-    url = (settings["public_url"] or "http://%s:%d" % (head_ip, settings["port"])).rstrip("/")
+    check_head(inputs.get("head_hosts"), findings)
+    url = endpoint_url(settings, str((inputs["nodes"].get(head) or {}).get("fabric_ip")))
     result = {"stage": "paths", "head": head, "nodes_order": order,
               "nodes": {n: {"is_head": n == head, "fabric_ip": str(inputs["nodes"][n].get("fabric_ip")), "paths": node_paths(settings, n, None),
                             "containers": {role: container_name(settings, role, n) for role in ("ray", "vllm")}} for n in order},
@@ -73,15 +71,18 @@ def make_plan(inputs, stage="full"):
     findings = Findings()
     check_inventory(inputs, findings)
     order, head = inputs.get("order", []), (inputs.get("head_hosts") or [None])[0]
+    for facts in inputs["nodes"].values():  # docker ps is parsed once; every check reads the containers
+        if "docker_ps" in facts and "containers" not in facts:
+            facts["containers"] = nodes_check.parse_docker_ps(facts["docker_ps"])
     profile = inputs["profile"]
+    paths = {n: node_paths(settings, n, profile["model"]["id"]) for n in order}
     result = {"stage": stage, "profile": profile["name"], "backend": inputs.get("backend"), "head": head, "nodes_order": order,
               "parallel": parallel_sizes(inputs, findings), "gpu_memory_utilization": utilization(inputs, findings),
               "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name"),
                         "revision": commands.model_revision(inputs)},
               "image": {"name": settings["image"], "gpus": commands.gpus(settings)},
-              "nodes": {n: {"is_head": n == head, "paths": node_paths(settings, n, profile["model"]["id"]),
-                            "container": container_name(settings, "ray" if inputs.get("backend") == "ray" else "vllm", n),
-                            "probe_paths": probe_paths(node_paths(settings, n, None))}
+              "nodes": {n: {"is_head": n == head, "paths": paths[n], "probe_paths": probe_paths(paths[n]),
+                            "container": container_name(settings, "ray" if inputs.get("backend") == "ray" else "vllm", n)}
                         for n in order}}
     if settings["offline"]:
         findings.warn("offline plan: no node was probed; RoCE ports, GID indexes and the image's flags are placeholders or "
@@ -126,8 +127,8 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
     head_ip = str(inputs["nodes"][result["head"]]["fabric_ip"])
     image = inputs.get("image_info") or {}
     profile = inputs["profile"]
-    url = (settings["public_url"] or "http://%s:%d" % (head_ip, settings["port"])).rstrip("/")
-    revision = commands.model_revision(inputs)
+    url = endpoint_url(settings, head_ip)
+    revision = result["model"]["revision"]
     return {
         "name": settings["cluster_name"], "image": settings["image"], "image_id": image.get("id"), "vllm_version": image.get("version"),
         "transport": "roce" if use_roce else "socket", "nccl_strict": bool(settings["nccl_strict"] and use_roce),

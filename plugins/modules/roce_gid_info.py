@@ -117,8 +117,8 @@ nccl_gid_index:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.roce import nccl_choice, read_devices
 
 
 def main():
@@ -127,13 +127,10 @@ def main():
         supports_check_mode=True,
     )
     try:
-        ports, warnings = read_devices(module.params["sysfs_root"])
+        found = node_probe.roce(module.params["sysfs_root"], module.warn)
     except ProbeError as exc:
         module.fail_json(msg=str(exc))
-    hca, index, more = nccl_choice(ports)
-    for warning in warnings + more:
-        module.warn(warning)
-    module.exit_json(changed=False, roce_devices=ports, nccl_ib_hca=hca, nccl_gid_index=index)
+    module.exit_json(changed=False, **found)
 
 
 if __name__ == "__main__":

@@ -155,7 +155,6 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.image_info import ImageInfoError
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.roce import nccl_choice, read_devices
 
 
 def main():
@@ -190,13 +189,10 @@ def main():
     try:
         memory = node_probe.memory(runner, module.warn, p["proc_root"], smi if os.path.sep in smi else module.get_bin_path(smi),
                                    smi, p["gpu_memory_utilization"])
-        ports, warnings = read_devices(p["sysfs_root"])
+        roce = node_probe.roce(p["sysfs_root"], module.warn)
     except ProbeError as exc:
         module.fail_json(msg=str(exc))
-    hca, index, more = nccl_choice(ports)
-    for warning in warnings + more:
-        module.warn(warning)
-    result = dict(changed=False, memory=memory, roce={"roce_devices": ports, "nccl_ib_hca": hca, "nccl_gid_index": index},
+    result = dict(changed=False, memory=memory, roce=roce,
                   docker=node_probe.docker_info(runner, docker), image_id=None, image=None, docker_ps=[], container_env={},
                   listening=node_probe.lines(runner, ["ss", "-H", "-t", "-l", "-n"]), vllm=None, model_config=None, weights_bytes=None,
                   state=node_probe.state(p["paths"]))
