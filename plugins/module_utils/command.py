@@ -6,6 +6,9 @@ string, in the C locale so that parsers see the output they were written against
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"}
 
 
@@ -14,3 +17,24 @@ def run(module, argv, data=None, environ_update=None):
     environ = dict(C_LOCALE)
     environ.update(environ_update or {})
     return module.run_command([str(arg) for arg in argv], data=data, environ_update=environ)
+
+
+def start(argv):
+    """Start ``argv`` in the background (C locale, no shell) so that a probe reads other facts meanwhile; collect its
+    answer with :func:`collect`. Used where a slow read (Ray's state) would otherwise add its seconds to a probe's."""
+    environ = dict(os.environ, **C_LOCALE)
+    return subprocess.Popen([str(arg) for arg in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # pylint: disable=consider-using-with
+                            env=environ, universal_newlines=True)
+
+
+def collect(proc):
+    """(rc, stdout, stderr) of a command started with :func:`start`, once it ends."""
+    out, err = proc.communicate()
+    return proc.returncode, out, err
+
+
+def to_file(argv, path):
+    """Run ``argv`` with its stdout and stderr, interleaved as they come, written to ``path``; return its rc. For output
+    too large to hold (a container's log)."""
+    with open(path, "wb") as handle:
+        return subprocess.call([str(arg) for arg in argv], stdout=handle, stderr=subprocess.STDOUT, env=dict(os.environ, **C_LOCALE))

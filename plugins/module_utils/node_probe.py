@@ -16,6 +16,7 @@ import os
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import image_info as ii
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files as mf
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.roce import nccl_choice, read_devices
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.unified_memory import (
@@ -182,3 +183,20 @@ def model(models_dir, model_id, revision=None):
         if name.endswith(".safetensors"):
             weights += os.path.getsize(os.path.join(snapshot, name))
     return config, weights or None
+
+
+RAY_PROBE_SECONDS = 20
+
+
+def ray_argv(container, docker="docker"):
+    """Ray's nodes as JSON, read by a short driver inside the head's Ray container (ray_state.PROBE_SCRIPT)."""
+    return ray_state.probe_argv("auto", container=container, docker=docker, seconds=RAY_PROBE_SECONDS)
+
+
+def ray(rc, out, err, container):
+    """The Ray fact from :func:`ray_argv`'s answer: ray_state's summary, or ``{"error": why}`` when Ray cannot be read
+    (the container stopped, Ray down). The planner judges it against the nodes it expects (the join gate)."""
+    try:
+        return ray_state.summarize(ray_state.parse_probe_output(rc, out, err, container, "auto", RAY_PROBE_SECONDS))
+    except ray_state.RayStateError as exc:
+        return {"error": str(exc)}

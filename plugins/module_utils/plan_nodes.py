@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import parity
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import LABEL
 
 GIB = 1024 ** 3
@@ -158,3 +159,12 @@ def container_change(spec, probed):
     if (current.get("labels") or {}).get(LABEL + ".config_hash") != spec["labels"].get(LABEL + ".config_hash"):
         return "recreate"
     return "none" if current.get("state") == "running" else "start"
+
+
+def join_state(head_facts, cluster):
+    """The join gate as the head's probe found it (ray_state.evaluate against the nodes and GPUs the plan expects), or
+    None when Ray was not read there (not running, no Ray backend, an offline plan)."""
+    found = (head_facts or {}).get("ray")
+    if not found or "error" in found:
+        return None
+    return ray_state.evaluate(found, cluster["expected_ray_nodes"], cluster["expected_ray_gpus"], cluster["expected_ips"])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_commands as commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as environment
@@ -82,6 +83,7 @@ def make_plan(inputs, stage="full"):
                         "revision": commands.model_revision(inputs)},
               "image": {"name": settings["image"], "gpus": commands.gpus(settings)},
               "nodes": {n: {"is_head": n == head, "paths": paths[n], "probe_paths": probe_paths(paths[n]),
+                            "probe_ray": container_name(settings, "ray", n) if n == head and inputs.get("backend") == "ray" else None,
                             "container": container_name(settings, "ray" if inputs.get("backend") == "ray" else "vllm", n)}
                         for n in order}}
     if settings["offline"]:
@@ -204,11 +206,15 @@ def decide_changes(inputs, nodes, cluster, head):
             spec_change = "create" if probed[name] is None else nodes_check.container_change(spec, probed[name])
             nodes[name].setdefault("changes", {})[spec["name"]] = spec_change
     head_change = nodes.get(head, {}).get("changes", {}).get(container_name(inputs["settings"], "ray", head))
-    if inputs["backend"] == "ray" and head_change not in (None, "none"):
-        for name in order:
-            spec = nodes[name]["containers"][0]
-            if name != head and nodes[name]["changes"][spec["name"]] == "none":
-                nodes[name]["changes"][spec["name"]] = "restart"
+    joined = nodes_check.join_state(inputs["nodes"].get(head), cluster) if inputs["backend"] == "ray" else None
+    for name in order if inputs["backend"] == "ray" and head_change not in (None, "none") else []:
+        spec = nodes[name]["containers"][0]
+        if name != head and nodes[name]["changes"][spec["name"]] == "none":
+            nodes[name]["changes"][spec["name"]] = "restart"
+    for name in order if joined else []:  # a running worker missing from Ray (its raylet died) starts again
+        spec = nodes[name]["containers"][0]
+        if nodes[name]["fabric_ip"] in joined["missing_ips"] and nodes[name]["changes"][spec["name"]] == "none":
+            nodes[name]["changes"][spec["name"]] = "restart"
     changing = any(c != "none" for n in order for c in nodes[n]["changes"].values())
     for name in order:
         serve = nodes[name].get("serve")
@@ -219,7 +225,15 @@ def decide_changes(inputs, nodes, cluster, head):
             unchanged = vllm and vllm.get("running") and vllm.get("config_hash") == serve["config_hash"] and not changing
             serve["change"] = "none" if unchanged else ("start" if vllm is not None or changing else "unknown")
     cluster.setdefault("serve_config_hash", nodes.get(head, {}).get("serve", {}).get("config_hash"))
+    launching = any((nodes[n].get("serve") or {}).get("change", "none") != "none" for n in order)
+    for name in order if launching else []:  # teardown compares each node's memory with this (fact 3)
+        found = inputs["nodes"][name].get("memory")
+        if found:
+            nodes[name]["writes"]["files"].append({"path": nodes[name]["paths"]["baseline_file"], "mode": "0644",
+                                                   "content": json.dumps(found, indent=4, sort_keys=True) + "\n"})
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
-    cluster["apply_needed"] = (bool(cluster["changes"]) or any((nodes[n].get("serve") or {}).get("change", "none") != "none" for n in order)
+    cluster["apply_needed"] = (bool(cluster["changes"]) or launching
                                or any(nodes[n]["writes"]["folders"] or nodes[n]["writes"]["files"] for n in order))
+    # The head's probe read Ray: with every node and GPU joined and nothing to change, the join gate is proven already.
+    cluster["join_gate_proven"] = bool(joined and joined["ready"] and not cluster["apply_needed"])

@@ -16,6 +16,7 @@ positional arguments, never interpolated.
 from __future__ import annotations
 
 import json
+import time
 
 # $0: pid file, $1: log file, then the command. setsid makes sh a session and group leader; exec
 # keeps its PID, so the PID written is the process group of vLLM and everything it spawns.
@@ -78,3 +79,20 @@ def decide(state, running, config_hash, wanted):
     if config_hash and (state or {}).get("config_hash") != config_hash:
         return "restart"
     return "none"
+
+
+def stop_group(run, docker, container, pgid, timeout, sleep=time.sleep, clock=time.monotonic):
+    """TERM the process group, wait up to ``timeout`` seconds for it to go, then KILL it. ``run(argv)`` returns
+    (rc, stdout, stderr). Returns True when it had to be killed."""
+    def alive():
+        return run(alive_argv(docker, container, pgid))[0] == 0
+
+    run(signal_argv(docker, container, pgid, "TERM"))
+    deadline = clock() + timeout
+    while alive() and clock() < deadline:
+        sleep(0.5)
+    if not alive():
+        return False
+    run(signal_argv(docker, container, pgid, "KILL"))
+    sleep(1)
+    return True

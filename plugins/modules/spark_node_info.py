@@ -75,6 +75,11 @@ options:
   revision:
     description: The model's revision.
     type: str
+  ray_container:
+    description:
+      - The head's Ray container; when given, Ray's nodes and GPUs are read there (RV(ray)), meanwhile the rest is read, so
+        a run that changes nothing proves the join gate without a task of its own.
+    type: str
   paths:
     description: Folders and small files of the plan to look for; RV(state) says which are there, and each file's sha256.
     type: list
@@ -137,6 +142,12 @@ model_config:
   description: The model's C(config.json); null when the model is not here.
   type: dict
   returned: always
+ray:
+  description:
+    - Ray's alive and dead nodes, their IPs and the GPU total (as M(dgx_spark.vllm.ray_cluster_info) returns them, without
+      the judgement), or C(error) saying why Ray could not be read.
+  type: dict
+  returned: when O(ray_container) is given
 weights_bytes:
   description: The size of the model's C(*.safetensors); null when the model is not here.
   type: int
@@ -152,7 +163,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import collect, run, start
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.image_info import ImageInfoError
 
@@ -175,6 +186,7 @@ def main():
             model=dict(type="str"),
             revision=dict(type="str"),
             paths=dict(type="list", elements="path", default=[]),
+            ray_container=dict(type="str"),
             docker=dict(type="str", default="docker"),
         ),
         supports_check_mode=True,
@@ -185,6 +197,7 @@ def main():
     def runner(argv):
         return run(module, argv)
 
+    ray_probe = start(node_probe.ray_argv(p["ray_container"], docker)) if p["ray_container"] else None
     smi = p["nvidia_smi"]
     try:
         memory = node_probe.memory(runner, module.warn, p["proc_root"], smi if os.path.sep in smi else module.get_bin_path(smi),
@@ -213,6 +226,8 @@ def main():
             result["vllm"] = node_probe.serving(runner, p["serve_container"], p["serve_state_file"], docker)
     if p["models_dir"] and p["model"]:
         result["model_config"], result["weights_bytes"] = node_probe.model(p["models_dir"], p["model"], p["revision"])
+    if ray_probe:
+        result["ray"] = node_probe.ray(*collect(ray_probe), container=p["ray_container"])
     module.exit_json(**result)
 
 

@@ -36,15 +36,6 @@ options:
       - Name or path of the C(nvidia-smi) executable.
     type: str
     default: nvidia-smi
-  wait_available_bytes:
-    description:
-      - Read again, every half second up to O(wait_timeout) seconds, until MemAvailable reaches this (memory a stopped
-        deployment frees comes back over a moment). Never fails for it; the caller judges the answer.
-    type: int
-  wait_timeout:
-    description: Seconds to wait for O(wait_available_bytes).
-    type: int
-    default: 10
   gpu_memory_utilization:
     description:
       - The C(--gpu-memory-utilization) vLLM will be started with, in (0, 1].
@@ -189,7 +180,6 @@ unified_memory:
 """
 
 import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -204,24 +194,15 @@ def main():
             proc_root=dict(type="path", default="/proc"),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             gpu_memory_utilization=dict(type="float"),
-            wait_available_bytes=dict(type="int"),
-            wait_timeout=dict(type="int", default=10),
         ),
         supports_check_mode=True,
     )
     smi = module.params["nvidia_smi"]
-    deadline = time.monotonic() + module.params["wait_timeout"]
-    while True:
-        try:
-            fact = node_probe.memory(lambda argv: run(module, argv), module.warn, module.params["proc_root"],
-                                     smi if os.path.sep in smi else module.get_bin_path(smi), smi,
-                                     module.params["gpu_memory_utilization"])
-        except ProbeError as exc:
-            module.fail_json(msg=str(exc))
-        wanted = module.params["wait_available_bytes"]
-        if wanted is None or fact["mem_available_bytes"] >= wanted or time.monotonic() >= deadline:
-            break
-        time.sleep(0.5)
+    try:
+        fact = node_probe.memory(lambda argv: run(module, argv), module.warn, module.params["proc_root"],
+                                 smi if os.path.sep in smi else module.get_bin_path(smi), smi, module.params["gpu_memory_utilization"])
+    except ProbeError as exc:
+        module.fail_json(msg=str(exc))
     module.exit_json(changed=False, unified_memory=fact)
 
 

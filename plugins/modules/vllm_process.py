@@ -69,6 +69,13 @@ options:
         RV(healthy). Combined with C(until), this waits for the model to load and stops at once when vLLM dies,
         returning the end of its log.
     type: str
+  wait:
+    description:
+      - With O(state=probed) and O(health_url), wait up to this many seconds for O(health_url) to answer 200 (asked every
+        second), and stop waiting as soon as the process group dies (looked at every 5 s). One call instead of a loop of
+        tasks, each of which would start a Python on the node while vLLM loads there.
+    type: int
+    default: 0
   log_lines:
     description: Lines of the log returned in RV(log_tail) when the process is not running.
     type: int
@@ -125,6 +132,8 @@ from ansible.module_utils.urls import open_url
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
 
+ALIVE_EVERY = 5  # seconds between liveness looks while waiting: each is a docker exec on a node that is loading a model
+
 
 class Process:
     """The vLLM process group in one container."""
@@ -154,21 +163,27 @@ class Process:
             self.module.fail_json(msg="container %s is not running; start the Ray cluster first (playbooks/serve.yml)" % self.container)
         return pg.parse_state(out) if rc == 0 else None
 
+    def wait_healthy(self, pgid, url, seconds):
+        """True once ``url`` answers 200; False as soon as the process group is gone; its liveness at the deadline."""
+        deadline = time.monotonic() + seconds
+        looked = time.monotonic()
+        while time.monotonic() < deadline:
+            if self.healthy(url):
+                return True
+            if time.monotonic() - looked >= ALIVE_EVERY:
+                if not self.alive(pgid):
+                    return False
+                looked = time.monotonic()
+            time.sleep(1)
+        return self.alive(pgid)
+
     def alive(self, pgid):
         rc, out, err = run(self.module, pg.alive_argv(self.docker, self.container, pgid))
         return rc == 0
 
     def stop(self, state):
-        pgid = state["pgid"]
-        killed = False
-        run(self.module, pg.signal_argv(self.docker, self.container, pgid, "TERM"))
-        deadline = time.monotonic() + self.module.params["stop_timeout"]
-        while self.alive(pgid) and time.monotonic() < deadline:
-            time.sleep(1)
-        if self.alive(pgid):
-            run(self.module, pg.signal_argv(self.docker, self.container, pgid, "KILL"))
-            killed = True
-            time.sleep(1)
+        killed = pg.stop_group(lambda argv: run(self.module, argv), self.docker, self.container, state["pgid"],
+                               self.module.params["stop_timeout"])
         run(self.module, pg.remove_argv(self.docker, self.container, self.state_file))
         return killed
 
@@ -208,6 +223,7 @@ def main():
             docker=dict(type="str", default="docker"),
             health_url=dict(type="str"),
             log_lines=dict(type="int", default=40),
+            wait=dict(type="int", default=0),
         ),
         required_if=[("state", "started", ["argv"]), ("state", "restarted", ["argv"])],
         supports_check_mode=True,
@@ -217,6 +233,8 @@ def main():
     running = bool(state) and proc.alive(state["pgid"])
     wanted = module.params["state"]
     if wanted == "probed":
+        if running and module.params["wait"] > 0 and module.params["health_url"]:
+            running = proc.wait_healthy(state["pgid"], module.params["health_url"], module.params["wait"])
         finish(module, proc, dict(changed=False, action="none", killed=False, pgid=(state or {}).get("pgid") if running else None),
                running)
     action = pg.decide(state, running, module.params["config_hash"], wanted)

@@ -72,3 +72,11 @@ def test_model_config_and_weights_from_the_hub_cache(tmp_path):
     config, weights = node_probe.model(str(tmp_path), "org/m")
     assert config == {"num_hidden_layers": 2} and weights == 150
     assert node_probe.model(str(tmp_path), "org/other") == (None, None)
+
+
+def test_ray_fact_from_the_captured_driver_answer_and_from_a_stopped_container():
+    fact = node_probe.ray(0, read_fixture("ray", "sim-two-nodes.json"), "", "dgx-spark-ray-sim-head")
+    assert fact["alive_ips"] == ["10.210.0.10", "10.210.0.11"] and fact["gpu_total"] == 2.0
+    gone = node_probe.ray(1, "", "Error response from daemon: No such container: dgx-spark-ray-sim-head", "dgx-spark-ray-sim-head")
+    assert "container dgx-spark-ray-sim-head does not exist" in gone["error"]
+    assert node_probe.ray_argv("c")[:3] == ["docker", "exec", "c"]

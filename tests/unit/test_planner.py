@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_memory, planner, profiles, render
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe, plan_memory, planner, profiles, render
 
-from helpers import spark_inputs
+from helpers import read_fixture, spark_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROFILES = os.path.join(ROOT, "profiles")
@@ -380,9 +380,43 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     same = planner.make_plan(copy.deepcopy(inputs))
     assert same["cluster"]["changes"] == [] and same["nodes"]["spark1"]["serve"]["change"] == "none"
     inputs["nodes"]["spark1"]["docker_ps"] = [ps(first, "spark1", hash_of="0" * 16)]
+    assert [f for n in ("spark1", "spark2") for f in same["nodes"][n]["writes"]["files"] if f["path"].endswith("baseline.json")] == []
     replaced = planner.make_plan(inputs)
     assert replaced["cluster"]["changes"] == ["spark1: recreate dgx-spark-ray-spark1", "spark2: restart dgx-spark-ray-spark2"]
     assert replaced["nodes"]["spark1"]["serve"]["change"] == "start"
+    for name in ("spark1", "spark2"):  # vLLM starts again: each node's memory now is the baseline teardown compares with
+        assert replaced["nodes"][name]["paths"]["baseline_file"] in [f["path"] for f in replaced["nodes"][name]["writes"]["files"]]
+
+
+def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that_left(tmp_path, m25):
+    """The ray fact is spark_node_info's reading of a captured 2-node simulated cluster, its addresses (10.210.0.10 and
+    .11) replaced by the sample inventory's."""
+    first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
+
+    def ps(name):
+        spec = first["nodes"][name]["containers"][0]
+        return json.dumps({"Names": spec["name"], "State": "running", "Labels": ",".join("%s=%s" % kv for kv in spec["labels"].items())})
+
+    inputs = spark_inputs(m25, tmp_path / "b")
+    captured = read_fixture("ray", "sim-two-nodes.json").replace("10.210.0.1", "192.168.100.1")
+    inputs["nodes"]["spark1"].update(docker_ps=[ps("spark1")], ray=node_probe.ray(0, captured, "", "dgx-spark-ray-spark1"),
+                                     vllm={"running": True, "config_hash": first["nodes"]["spark1"]["serve"]["config_hash"]})
+    inputs["nodes"]["spark2"].update(docker_ps=[ps("spark2")])
+    for name in ("spark1", "spark2"):
+        inputs["nodes"][name]["state"] = {f["path"]: "dir" for f in first["nodes"][name]["paths"]["folders"]}
+        inputs["nodes"][name]["state"].update({f["path"]: hashlib.sha256(f["content"].encode()).hexdigest()
+                                               for f in first["nodes"][name]["writes"]["files"] if not f["path"].endswith("baseline.json")})
+    healthy = planner.make_plan(copy.deepcopy(inputs))
+    assert healthy["cluster"]["apply_needed"] is False and healthy["cluster"]["join_gate_proven"] is True
+    left = json.loads(captured)
+    left["nodes"] = [n for n in left["nodes"] if n["NodeManagerAddress"] != "192.168.100.11"]
+    inputs["nodes"]["spark1"]["ray"] = node_probe.ray(0, json.dumps(left), "", "dgx-spark-ray-spark1")
+    missing = planner.make_plan(copy.deepcopy(inputs))
+    assert missing["cluster"]["changes"] == ["spark2: restart dgx-spark-ray-spark2"]
+    assert missing["nodes"]["spark1"]["serve"]["change"] == "start" and missing["cluster"]["join_gate_proven"] is False
+    inputs["nodes"]["spark1"]["ray"] = node_probe.ray(1, "", "Error response from daemon: No such container: x", "x")
+    unread = planner.make_plan(inputs)
+    assert unread["cluster"]["apply_needed"] is False and unread["cluster"]["join_gate_proven"] is False  # the gate task waits
 
 
 def test_groups_outside_spark_cluster_are_refused(tmp_path, m25):
@@ -411,14 +445,19 @@ def test_a_new_api_key_restarts_vllm_but_not_ray(tmp_path, m25):
 def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
     head = first["nodes"]["spark1"]
-    assert [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]] == ["vllm-serve", "ray_non_carry_over_env_vars.json"]
+    # vLLM starts (nothing runs yet): the memory each node has now is its baseline for teardown (fact 3)
+    assert [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]] == ["vllm-serve", "ray_non_carry_over_env_vars.json",
+                                                                             "baseline.json"]
     assert json.loads(head["writes"]["files"][1]["content"]) == first["cluster"]["non_carry_over_env_vars"]
     assert "key_file=/dgx-spark/secrets/vllm_api_key" in head["writes"]["files"][0]["content"]
+    assert json.loads(head["writes"]["files"][2]["content"])["mem_available_bytes"] == spark_inputs(m25, tmp_path)["nodes"]["spark1"][
+        "memory"]["mem_available_bytes"]
     inputs = spark_inputs(m25, tmp_path / "b")
     found = {f["path"]: "dir" for f in head["paths"]["folders"]}
     found.update({f["path"]: hashlib.sha256(f["content"].encode()).hexdigest() for f in head["writes"]["files"]})
     inputs["nodes"]["spark1"]["state"] = found
     again = planner.make_plan(inputs)["nodes"]["spark1"]["writes"]
-    assert again == {"folders": [], "files": []}
+    assert again == {"folders": [], "files": [head["writes"]["files"][2]]}  # vLLM still starts: a new baseline
     inputs["nodes"]["spark1"]["state"] = dict(found, **{head["paths"]["launcher"]: "0" * 64})
-    assert [f["path"] for f in planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["files"]] == [head["paths"]["launcher"]]
+    assert [f["path"] for f in planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["files"]] == [head["paths"]["launcher"],
+                                                                                                   head["paths"]["baseline_file"]]

@@ -24,3 +24,42 @@ def test_process_group_argv_never_interpolates():
     assert argv[-1] == "m; rm -rf /" and argv[6:8] == ["-c", process_group.LAUNCH_SCRIPT]
     assert process_group.signal_argv("docker", "c", 42, "TERM")[-3:] == ["-TERM", "--", "-42"]
     assert process_group.parse_state('{"pgid": 42}') == {"pgid": 42} and process_group.parse_state("junk") is None
+
+
+class Group:
+    """Answers kill -0 as a process group that lives until it gets ``dies_on``; records every argv."""
+
+    def __init__(self, dies_on):
+        self.dies_on, self.alive, self.asked = dies_on, True, []
+
+    def run(self, argv):
+        self.asked.append(argv[3:])
+        if argv[3:5] == ["kill", "-%s" % self.dies_on]:
+            self.alive = False
+        if argv[3:5] == ["kill", "-0"]:
+            return (0 if self.alive else 1), "", ""
+        return 0, "", ""
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_group_that_stops_on_term_is_not_killed():
+    group, clock = Group("TERM"), Clock()
+    assert process_group.stop_group(group.run, "docker", "c", 42, 60, clock.sleep, clock) is False
+    assert group.asked[0] == ["kill", "-TERM", "--", "-42"] and ["kill", "-KILL", "--", "-42"] not in group.asked
+    assert clock.now == 0
+
+
+def test_a_group_that_ignores_term_is_killed_after_the_timeout():
+    group, clock = Group("KILL"), Clock()
+    assert process_group.stop_group(group.run, "docker", "c", 42, 10, clock.sleep, clock) is True
+    assert group.asked[-1] == ["kill", "-KILL", "--", "-42"] and 10 <= clock.now <= 11

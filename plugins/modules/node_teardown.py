@@ -1,0 +1,217 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_teardown
+short_description: Take one node of a cluster back, in one call, touching only what the collection made there
+version_added: 0.2.0
+description:
+  - Finds the containers of O(cluster) on O(node) that carry the collection's C(managed) label; nothing else is touched,
+    whatever its name.
+  - Stops vLLM in O(serve_container) by its process group (TERM, then KILL after O(stop_timeout)); killing only the API
+    server would leave the engine and its workers holding the weights, on a GB10 until they die (fact 3).
+  - Stops every container with one C(docker stop) (Ray drains and stops on SIGTERM in a second or two), keeps each
+    container's log in O(logs_dir) beside vLLM's (fact 16), then removes the containers and vLLM's state file.
+  - Compares the node's C(MemAvailable) with the baseline written before the launch, waiting up to O(memory_wait)
+    seconds while the kernel takes back what was freed, and says whether the node needs a reboot (RV(memory)).
+  - One module call instead of a task per step, since each task costs a round trip to the node.
+author:
+  - dgx_spark.vllm developers (@dgx-spark)
+extends_documentation_fragment:
+  - dgx_spark.vllm.attributes
+  - dgx_spark.vllm.attributes.ACTIONGROUP_VLLM
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+options:
+  cluster:
+    description: The cluster's name (the C(dgx_spark.vllm.cluster) label).
+    type: str
+    required: true
+  node:
+    description: This node's inventory name (the C(dgx_spark.vllm.node) label).
+    type: str
+    required: true
+  serve_container:
+    description: The container vLLM runs in on this node (the head's Ray container), if any.
+    type: str
+  serve_state_file:
+    description: vLLM's state file inside O(serve_container) (its process group).
+    type: str
+    default: /dgx-spark/run/vllm.json
+  vllm_state_file:
+    description: The same state file as the node sees it, removed once the container is gone.
+    type: path
+  logs_dir:
+    description: The node's log folder (vLLM's log is there); each container's log is written beside it.
+    type: path
+    required: true
+  baseline_file:
+    description: The node's memory before the launch (JSON with C(mem_available_bytes)), written by the plan.
+    type: path
+  proc_root:
+    description: Root of the proc tree.
+    type: path
+    default: /proc
+  nvidia_smi:
+    description: The nvidia-smi to ask.
+    type: str
+    default: nvidia-smi
+  memory_tolerance_gib:
+    description: GiB a node may miss against its baseline before it is named for a reboot.
+    type: float
+    default: 4
+  memory_wait:
+    description: Seconds to wait for the memory to come back before judging.
+    type: int
+    default: 10
+  stop_timeout:
+    description: Seconds vLLM and each container get to stop on TERM before they are killed.
+    type: int
+    default: 60
+  docker:
+    description: Docker CLI.
+    type: str
+    default: docker
+"""
+
+EXAMPLES = r"""
+- name: Take this node back
+  dgx_spark.vllm.node_teardown:
+    cluster: dgx-spark
+    node: spark1
+    serve_container: dgx-spark-ray-spark1
+    logs_dir: /var/lib/dgx-spark/state/dgx-spark/logs
+    baseline_file: /var/lib/dgx-spark/state/dgx-spark/run/baseline.json
+  register: taken_back
+"""
+
+RETURN = r"""
+containers:
+  description: The containers found and removed (in check mode, that would be removed).
+  type: list
+  elements: str
+  returned: always
+vllm_killed:
+  description: True when vLLM did not stop on TERM within O(stop_timeout) and its process group was killed.
+  type: bool
+  returned: always
+logs:
+  description: The log files in O(logs_dir) after the containers' logs were written there.
+  type: list
+  elements: str
+  returned: always
+memory:
+  description:
+    - C(judged) (false without a baseline), C(ok), C(missing_gib) against the baseline and a C(message) that names the
+      node and, when it did not get its memory back, says to reboot it.
+  type: dict
+  returned: always
+"""
+
+import glob
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import teardown as td
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run, to_file
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            cluster=dict(type="str", required=True),
+            node=dict(type="str", required=True),
+            serve_container=dict(type="str"),
+            serve_state_file=dict(type="str", default="/dgx-spark/run/vllm.json"),
+            vllm_state_file=dict(type="path"),
+            logs_dir=dict(type="path", required=True),
+            baseline_file=dict(type="path"),
+            proc_root=dict(type="path", default="/proc"),
+            nvidia_smi=dict(type="str", default="nvidia-smi"),
+            memory_tolerance_gib=dict(type="float", default=4),
+            memory_wait=dict(type="int", default=10),
+            stop_timeout=dict(type="int", default=60),
+            docker=dict(type="str", default="docker"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    docker = p["docker"]
+
+    def runner(argv):
+        return run(module, argv)
+
+    rc, out, err = runner(td.find_argv(docker, p["cluster"], p["node"]))
+    if rc != 0:
+        module.fail_json(msg="%s: docker ps failed (rc=%d): %s; is Docker running there?" % (p["node"], rc, (err or out).strip()))
+    found = td.parse_found(out)
+    names = [name for name, dummy in found]
+    result = dict(changed=bool(names), containers=names, vllm_killed=False, logs=[], memory=None)
+    if module.check_mode:
+        module.exit_json(**result)
+    running = [name for name, state in found if state == "running"]
+    if p["serve_container"] in running:
+        rc, out, err = runner(pg.read_argv(docker, p["serve_container"], p["serve_state_file"]))
+        state = pg.parse_state(out) if rc == 0 else None
+        if state and runner(pg.alive_argv(docker, p["serve_container"], state["pgid"]))[0] == 0:
+            result["vllm_killed"] = pg.stop_group(runner, docker, p["serve_container"], state["pgid"], p["stop_timeout"])
+    if running:
+        rc, out, err = runner(td.stop_argv(docker, running, p["stop_timeout"]))
+        if rc != 0:
+            module.fail_json(msg="%s: docker stop %s failed: %s" % (p["node"], " ".join(running), (err or out).strip()), **result)
+    if names:
+        os.makedirs(p["logs_dir"], mode=0o755, exist_ok=True)
+    for name in names:
+        to_file(td.logs_argv(docker, name), os.path.join(p["logs_dir"], name + ".log"))
+    if names:
+        rc, out, err = runner(td.remove_argv(docker, names))
+        if rc != 0:
+            module.fail_json(msg="%s: docker rm %s failed: %s" % (p["node"], " ".join(names), (err or out).strip()), **result)
+    if p["vllm_state_file"] and os.path.exists(p["vllm_state_file"]):
+        os.unlink(p["vllm_state_file"])
+        result["changed"] = True
+    result["logs"] = sorted(glob.glob(os.path.join(glob.escape(p["logs_dir"]), "*.log")))
+    result["memory"] = judge_memory(module, runner)
+    module.exit_json(**result)
+
+
+def judge_memory(module, runner):
+    """The verdict against the baseline, after waiting up to memory_wait seconds for the memory to come back."""
+    p = module.params
+    before = None
+    if p["baseline_file"] and os.path.isfile(p["baseline_file"]):
+        try:
+            with open(p["baseline_file"], encoding="utf-8") as handle:
+                before = json.load(handle)
+        except (OSError, ValueError) as exc:
+            module.warn("%s: the memory baseline %s cannot be read (%s); memory is not judged" % (p["node"], p["baseline_file"], exc))
+    if before is None:
+        return td.memory_verdict(p["node"], None, None, p["memory_tolerance_gib"])
+    smi = p["nvidia_smi"]
+    wanted = int(before["mem_available_bytes"]) - p["memory_tolerance_gib"] * td.GIB
+    deadline = time.monotonic() + p["memory_wait"]
+    while True:
+        try:
+            after = node_probe.memory(runner, module.warn, p["proc_root"], smi if os.path.sep in smi else module.get_bin_path(smi), smi)
+        except ProbeError as exc:
+            module.fail_json(msg=str(exc))
+        if after["mem_available_bytes"] >= wanted or time.monotonic() >= deadline:
+            return td.memory_verdict(p["node"], before, after, p["memory_tolerance_gib"])
+        time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    main()
