@@ -69,6 +69,12 @@ def render(plan):
                 lines.append("  %s, container %s: %s" % (name, spec["name"], _command(spec["command"])))
             if node.get("serve") and plan.get("backend") == "ray":
                 lines.append("  %s, inside %s: %s" % (name, node["serve"]["container"], _command(node["serve"]["argv"])))
+        if "apply_needed" in cluster:
+            serve = ["%s: %s vLLM" % (n, nodes[n]["serve"]["change"]) for n in plan.get("nodes_order", [])
+                     if n in nodes and (nodes[n].get("serve") or {}).get("change", "none") != "none"]
+            lines.append("Changes: %s" % ("; ".join(cluster["changes"] + serve) or "none, every container and vLLM run as planned"))
+            if cluster.get("join_gate_proven"):
+                lines.append("Join gate: every node and GPU has joined Ray (read by the head's probe)")
         memory = cluster.get("memory")
         if memory:
             lines += render_memory(memory)

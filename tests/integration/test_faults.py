@@ -67,6 +67,8 @@ def test_second_run_changes_nothing_and_does_not_interrupt_serving(client):
         worker.join()
     assert all(h["changed"] == 0 and h["failed"] == 0 for h in recap(out).values()), recap(out)
     assert errors == []
+    assert "Changes: none, every container and vLLM run as planned" in out
+    assert "Join gate: every node and GPU has joined Ray (read by the head's probe)" in out
 
 
 def test_changed_profile_restarts_only_what_its_hash_touches(client):

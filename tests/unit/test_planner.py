@@ -408,12 +408,16 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
                                                for f in first["nodes"][name]["writes"]["files"] if not f["path"].endswith("baseline.json")})
     healthy = planner.make_plan(copy.deepcopy(inputs))
     assert healthy["cluster"]["apply_needed"] is False and healthy["cluster"]["join_gate_proven"] is True
+    text = render.render(healthy)
+    assert "Changes: none, every container and vLLM run as planned" in text
+    assert "Join gate: every node and GPU has joined Ray (read by the head's probe)" in text
     left = json.loads(captured)
     left["nodes"] = [n for n in left["nodes"] if n["NodeManagerAddress"] != "192.168.100.11"]
     inputs["nodes"]["spark1"]["ray"] = node_probe.ray(0, json.dumps(left), "", "dgx-spark-ray-spark1")
     missing = planner.make_plan(copy.deepcopy(inputs))
     assert missing["cluster"]["changes"] == ["spark2: restart dgx-spark-ray-spark2"]
     assert missing["nodes"]["spark1"]["serve"]["change"] == "start" and missing["cluster"]["join_gate_proven"] is False
+    assert "Changes: spark2: restart dgx-spark-ray-spark2; spark1: start vLLM" in render.render(missing)
     inputs["nodes"]["spark1"]["ray"] = node_probe.ray(1, "", "Error response from daemon: No such container: x", "x")
     unread = planner.make_plan(inputs)
     assert unread["cluster"]["apply_needed"] is False and unread["cluster"]["join_gate_proven"] is False  # the gate task waits
