@@ -450,8 +450,8 @@ def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
     head = first["nodes"]["spark1"]
     # vLLM starts (nothing runs yet): the memory each node has now is its baseline for teardown (fact 3)
-    assert [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]] == ["vllm-serve", "ray_non_carry_over_env_vars.json",
-                                                                             "baseline.json"]
+    names = [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]]
+    assert names == ["vllm-serve", "ray_non_carry_over_env_vars.json", "baseline.json"]
     assert json.loads(head["writes"]["files"][1]["content"]) == first["cluster"]["non_carry_over_env_vars"]
     assert "key_file=/dgx-spark/secrets/vllm_api_key" in head["writes"]["files"][0]["content"]
     assert json.loads(head["writes"]["files"][2]["content"])["mem_available_bytes"] == spark_inputs(m25, tmp_path)["nodes"]["spark1"][
@@ -463,5 +463,5 @@ def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     again = planner.make_plan(inputs)["nodes"]["spark1"]["writes"]
     assert again == {"folders": [], "files": [head["writes"]["files"][2]]}  # vLLM still starts: a new baseline
     inputs["nodes"]["spark1"]["state"] = dict(found, **{head["paths"]["launcher"]: "0" * 64})
-    assert [f["path"] for f in planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["files"]] == [head["paths"]["launcher"],
-                                                                                                   head["paths"]["baseline_file"]]
+    written = [f["path"] for f in planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["files"]]
+    assert written == [head["paths"]["launcher"], head["paths"]["baseline_file"]]
