@@ -143,7 +143,7 @@ def test_head_killed_during_launch_fails_at_once_and_the_next_run_recovers(clien
         try:
             if client.containers.get(HEAD_RAY).exec_run(["test", "-f", "/dgx-spark/run/vllm.json"]).exit_code == 0:
                 break
-        except docker.errors.NotFound:
+        except docker.errors.APIError:  # not made yet, or made and not yet running
             pass
         time.sleep(0.5)
     client.containers.get(HEAD_RAY).kill()
