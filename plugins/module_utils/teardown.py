@@ -55,7 +55,7 @@ def memory_verdict(host, before, after, tolerance_gib):
     missing = round((int(before["mem_available_bytes"]) - int(after["mem_available_bytes"])) / GIB, 1)
     if missing <= tolerance_gib:
         return {"judged": True, "ok": True, "missing_gib": missing,
-                "message": "%s: memory back to its baseline (within %s GiB)" % (host, tolerance_gib)}
+                "message": "%s: memory back to its baseline (within %g GiB)" % (host, tolerance_gib)}
     unaccounted = round(int(after.get("unaccounted_bytes") or 0) / GIB, 1)
     return {"judged": True, "ok": False, "missing_gib": missing,
             "message": "%s did not get its memory back: %s GiB less available than before launch (%s GiB unaccounted). On a "

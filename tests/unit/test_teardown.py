@@ -24,7 +24,7 @@ def test_stop_logs_and_remove_take_every_name_at_once():
 
 def test_memory_back_within_the_tolerance_passes():
     idle = memory_facts("gb10-idle.txt")
-    verdict = teardown.memory_verdict("spark1", idle, dict(idle, mem_available_bytes=idle["mem_available_bytes"] - (3 << 30)), 4)
+    verdict = teardown.memory_verdict("spark1", idle, dict(idle, mem_available_bytes=idle["mem_available_bytes"] - (3 << 30)), 4.0)
     assert verdict == {"judged": True, "ok": True, "missing_gib": 3.0, "message": "spark1: memory back to its baseline (within 4 GiB)"}
 
 
