@@ -380,12 +380,12 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     same = planner.make_plan(copy.deepcopy(inputs))
     assert same["cluster"]["changes"] == [] and same["nodes"]["spark1"]["serve"]["change"] == "none"
     inputs["nodes"]["spark1"]["docker_ps"] = [ps(first, "spark1", hash_of="0" * 16)]
-    assert [f for n in ("spark1", "spark2") for f in same["nodes"][n]["writes"]["files"] if f["path"].endswith("baseline.json")] == []
+    assert [same["nodes"][n]["writes"]["baseline"] for n in ("spark1", "spark2")] == [None, None]
     replaced = planner.make_plan(inputs)
     assert replaced["cluster"]["changes"] == ["spark1: recreate dgx-spark-ray-spark1", "spark2: restart dgx-spark-ray-spark2"]
     assert replaced["nodes"]["spark1"]["serve"]["change"] == "start"
     for name in ("spark1", "spark2"):  # vLLM starts again: each node's memory now is the baseline teardown compares with
-        assert replaced["nodes"][name]["paths"]["baseline_file"] in [f["path"] for f in replaced["nodes"][name]["writes"]["files"]]
+        assert replaced["nodes"][name]["writes"]["baseline"]["path"] == replaced["nodes"][name]["paths"]["baseline_file"]
 
 
 def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that_left(tmp_path, m25):
@@ -405,7 +405,7 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     for name in ("spark1", "spark2"):
         inputs["nodes"][name]["state"] = {f["path"]: "dir" for f in first["nodes"][name]["paths"]["folders"]}
         inputs["nodes"][name]["state"].update({f["path"]: hashlib.sha256(f["content"].encode()).hexdigest()
-                                               for f in first["nodes"][name]["writes"]["files"] if not f["path"].endswith("baseline.json")})
+                                               for f in first["nodes"][name]["writes"]["files"]})
     healthy = planner.make_plan(copy.deepcopy(inputs))
     assert healthy["cluster"]["apply_needed"] is False and healthy["cluster"]["join_gate_proven"] is True
     text = render.render(healthy)
@@ -449,19 +449,18 @@ def test_a_new_api_key_restarts_vllm_but_not_ray(tmp_path, m25):
 def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
     head = first["nodes"]["spark1"]
-    # vLLM starts (nothing runs yet): the memory each node has now is its baseline for teardown (fact 3)
-    names = [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]]
-    assert names == ["vllm-serve", "ray_non_carry_over_env_vars.json", "baseline.json"]
+    assert [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]] == ["vllm-serve", "ray_non_carry_over_env_vars.json"]
     assert json.loads(head["writes"]["files"][1]["content"]) == first["cluster"]["non_carry_over_env_vars"]
     assert "key_file=/dgx-spark/secrets/vllm_api_key" in head["writes"]["files"][0]["content"]
-    assert json.loads(head["writes"]["files"][2]["content"])["mem_available_bytes"] == spark_inputs(m25, tmp_path)["nodes"]["spark1"][
+    # vLLM starts (nothing runs yet): the memory each node has now is its baseline for teardown (fact 3)
+    assert head["writes"]["baseline"]["path"] == head["paths"]["baseline_file"]
+    assert json.loads(head["writes"]["baseline"]["content"])["mem_available_bytes"] == spark_inputs(m25, tmp_path)["nodes"]["spark1"][
         "memory"]["mem_available_bytes"]
     inputs = spark_inputs(m25, tmp_path / "b")
     found = {f["path"]: "dir" for f in head["paths"]["folders"]}
     found.update({f["path"]: hashlib.sha256(f["content"].encode()).hexdigest() for f in head["writes"]["files"]})
     inputs["nodes"]["spark1"]["state"] = found
     again = planner.make_plan(inputs)["nodes"]["spark1"]["writes"]
-    assert again == {"folders": [], "files": [head["writes"]["files"][2]]}  # vLLM still starts: a new baseline
+    assert again == {"folders": [], "files": [], "baseline": head["writes"]["baseline"]}  # vLLM still starts: a new baseline
     inputs["nodes"]["spark1"]["state"] = dict(found, **{head["paths"]["launcher"]: "0" * 64})
-    written = [f["path"] for f in planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["files"]]
-    assert written == [head["paths"]["launcher"], head["paths"]["baseline_file"]]
+    assert [f["path"] for f in planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["files"]] == [head["paths"]["launcher"]]
