@@ -138,13 +138,13 @@ def container_env(run, names, docker="docker"):
 
 
 def serving(run, container, state_file, docker="docker"):
-    """vLLM's process group in ``container`` as the vllm_process module left it: {running, config_hash}."""
+    """vLLM's process group in ``container`` as the vllm_process module left it: {running, config_hash, pgid}."""
     rc, out, dummy = run(pg.read_argv(docker, container, state_file))
     state = pg.parse_state(out) if rc == 0 else None
     if not state:
-        return {"running": False, "config_hash": None}
+        return {"running": False, "config_hash": None, "pgid": None}
     rc, dummy, dummy = run(pg.alive_argv(docker, container, state["pgid"]))
-    return {"running": rc == 0, "config_hash": state.get("config_hash")}
+    return {"running": rc == 0, "config_hash": state.get("config_hash"), "pgid": state["pgid"]}
 
 
 def state(paths):

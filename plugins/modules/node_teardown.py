@@ -164,19 +164,17 @@ def main():
         module.exit_json(**result)
     running = [name for name, state in found if state == "running"]
     if p["serve_container"] in running:
-        rc, out, err = runner(pg.read_argv(docker, p["serve_container"], p["serve_state_file"]))
-        state = pg.parse_state(out) if rc == 0 else None
-        if state and runner(pg.alive_argv(docker, p["serve_container"], state["pgid"]))[0] == 0:
-            result["vllm_killed"] = pg.stop_group(runner, docker, p["serve_container"], state["pgid"], p["stop_timeout"])
+        vllm = node_probe.serving(runner, p["serve_container"], p["serve_state_file"], docker)
+        if vllm["running"]:
+            result["vllm_killed"] = pg.stop_group(runner, docker, p["serve_container"], vllm["pgid"], p["stop_timeout"])
     if running:
         rc, out, err = runner(td.stop_argv(docker, running, p["stop_timeout"]))
         if rc != 0:
             module.fail_json(msg="%s: docker stop %s failed: %s" % (p["node"], " ".join(running), (err or out).strip()), **result)
     if names:
         os.makedirs(p["logs_dir"], mode=0o755, exist_ok=True)
-    for name in names:
-        to_file(td.logs_argv(docker, name), os.path.join(p["logs_dir"], name + ".log"))
-    if names:
+        for name in names:
+            to_file(td.logs_argv(docker, name), os.path.join(p["logs_dir"], name + ".log"))
         rc, out, err = runner(td.remove_argv(docker, names))
         if rc != 0:
             module.fail_json(msg="%s: docker rm %s failed: %s" % (p["node"], " ".join(names), (err or out).strip()), **result)

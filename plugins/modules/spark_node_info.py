@@ -135,7 +135,7 @@ listening:
   elements: str
   returned: always
 vllm:
-  description: C(running) and C(config_hash) of vLLM's process group in O(serve_container); null without one.
+  description: C(running), C(config_hash) and C(pgid) of vLLM's process group in O(serve_container); null without one.
   type: dict
   returned: always
 model_config:

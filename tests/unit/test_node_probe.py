@@ -45,11 +45,12 @@ def test_container_env_reads_each_named_container():
 def test_serving_reads_the_state_file_and_asks_whether_the_group_lives():
     state = json.dumps({"pgid": 300, "config_hash": "88d591a8ea1107ef", "argv": ["vllm"], "started_at": 1.0})
     alive = runner([(["docker", "exec", "c", "cat"], (0, state, "")), (["docker", "exec", "c", "kill"], (0, "", ""))])
-    assert node_probe.serving(alive, "c", "/dgx-spark/run/vllm.json") == {"running": True, "config_hash": "88d591a8ea1107ef"}
+    expected = {"running": True, "config_hash": "88d591a8ea1107ef", "pgid": 300}
+    assert node_probe.serving(alive, "c", "/dgx-spark/run/vllm.json") == expected
     dead = runner([(["docker", "exec", "c", "cat"], (0, state, "")), (["docker", "exec", "c", "kill"], (1, "", "No such process"))])
     assert node_probe.serving(dead, "c", "/dgx-spark/run/vllm.json")["running"] is False
     none = runner([(["docker", "exec", "c", "cat"], (1, "", "No such file"))])
-    assert node_probe.serving(none, "c", "/dgx-spark/run/vllm.json") == {"running": False, "config_hash": None}
+    assert node_probe.serving(none, "c", "/dgx-spark/run/vllm.json") == {"running": False, "config_hash": None, "pgid": None}
 
 
 def test_image_is_read_once_per_id(tmp_path):
