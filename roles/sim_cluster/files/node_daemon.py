@@ -1,0 +1,154 @@
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A simulated node's own Docker daemon, run on this machine inside the node's network and UTS namespaces.
+
+A Spark has one Docker daemon; so does each simulated node. Its dockerd runs here (a container may not run one
+without --privileged), entered into the node container's network and UTS namespaces with nsenter (not `ip netns
+exec`, which remounts /sys and hides the cgroups: "Devices cgroup isn't mounted"), in a mount namespace of its own
+where the node's folders sit at a Spark's paths:
+
+    <root>/nodes/<node>/var             -> /var/lib/dgx-spark-vllm   (state and models, as the node sees them too)
+    <root>/nodes/<node>/dev/infiniband  -> /dev/infiniband           (stand-in device nodes, for --device)
+    tmpfs                               -> /run/containerd           (so dockerd starts a containerd of its own)
+
+A container it starts with --network host --ipc host sees exactly the node's interfaces, addresses and name.
+`--gpus all` needs nvidia-container-runtime-hook on dockerd's PATH; the stand-in in <root>/bin does nothing (the
+node has no GPU). The `nvidia` runtime a Spark's Docker lists (NVIDIA Container Toolkit) is runc here. Its images live in <root>/stores/<node>, kept when the nodes are removed.
+
+The node's interfaces get a Spark's names: the management NIC enP7s7, the fabric port enp1s0f1np1.
+
+Usage: node_daemon.py start ROOT NODE CONTAINER_PID MGMT_IP FABRIC_IP | stop ROOT NODE
+Prints {"changed": bool, "pid": int|null}.
+"""
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+SPARK_STATE = "/var/lib/dgx-spark-vllm"
+MGMT_IF, FABRIC_IF = "enP7s7", "enp1s0f1np1"  # a Spark's 10 GbE port and its ConnectX port on the fabric
+
+
+def paths(root, node):
+    base = os.path.join(root, "nodes", node)
+    return {"base": base, "var": os.path.join(base, "var"), "dev": os.path.join(base, "dev", "infiniband"),
+            "run": os.path.join(base, "run"), "sock": os.path.join(base, "run", "docker", "docker.sock"),
+            "pidfile": os.path.join(base, "run", "dockerd.pid"), "log": os.path.join(base, "run", "dockerd.log"),
+            "data": os.path.join(root, "stores", node), "exec": "/run/dgx-spark-sim/%s" % node, "bin": os.path.join(root, "bin")}
+
+
+def running_pid(pidfile):
+    try:
+        with open(pidfile, encoding="utf-8") as handle:
+            pid = int(handle.read().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def same_netns(pid, container_pid):
+    try:
+        return os.stat("/proc/%d/ns/net" % pid).st_ino == os.stat("/proc/%d/ns/net" % container_pid).st_ino
+    except OSError:
+        return False
+
+
+def answers(sock):
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        client.settimeout(2)
+        client.connect(sock)
+        client.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+        return b"OK" in client.recv(256)
+    except OSError:
+        return False
+    finally:
+        client.close()
+
+
+def stop(p):
+    pid = running_pid(p["pidfile"])
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)  # dockerd stops its containers, then its containerd
+    for dummy in range(300):
+        if running_pid(p["pidfile"]) is None:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def rename_interfaces(container_pid, addresses):
+    """Give the interface holding each address the name a Spark's has (``addresses``: ip -> name)."""
+    enter = ["nsenter", "--net=/proc/%d/ns/net" % container_pid, "ip"]
+    found = subprocess.run(enter + ["-o", "-4", "addr", "show"], capture_output=True, text=True, check=True).stdout
+    for line in found.splitlines():
+        fields = line.split()
+        name, address = fields[1], fields[3].split("/")[0]
+        wanted = addresses.get(address)
+        if wanted and name != wanted:
+            for argv in (["link", "set", name, "down"], ["link", "set", name, "name", wanted], ["link", "set", wanted, "up"]):
+                subprocess.run(enter + argv, check=True)
+
+
+def make_devices(folder):
+    """Stand-in RDMA device nodes (a Spark's uverbs and rdma_cm numbers) for --device /dev/infiniband; nothing opens
+    them, since the simulated ranks talk over sockets."""
+    for name, major, minor in (("rdma_cm", 10, 58), ("uverbs0", 231, 192), ("uverbs1", 231, 193), ("uverbs2", 231, 194),
+                               ("uverbs3", 231, 195)):
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+
+
+def start(p, container_pid, addresses):
+    for folder in (p["var"], p["dev"], os.path.dirname(p["sock"]), p["data"], p["exec"]):
+        os.makedirs(folder, exist_ok=True)
+    for mountpoint in (SPARK_STATE, "/dev/infiniband", "/run/containerd"):  # empty folders to mount on, this machine's
+        os.makedirs(mountpoint, exist_ok=True)
+    make_devices(p["dev"])
+    rename_interfaces(container_pid, addresses)
+    script = ('mount -t tmpfs tmpfs /run/containerd && mount --bind "$1" %s && mount --bind "$2" /dev/infiniband && shift 2 '
+              '&& exec "$@"' % SPARK_STATE)
+    argv = ["nsenter", "--net=/proc/%d/ns/net" % container_pid, "--uts=/proc/%d/ns/uts" % container_pid, "--",
+            "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", p["var"], p["dev"],
+            "dockerd", "--data-root", p["data"], "--exec-root", p["exec"], "--pidfile", p["pidfile"],
+            "--host", "unix://" + p["sock"], "--add-runtime", "nvidia=runc", "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"]
+    env = dict(os.environ, PATH=p["bin"] + os.pathsep + os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"))
+    with open(p["log"], "ab") as log:
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)  # pylint: disable=consider-using-with
+    for dummy in range(300):
+        if answers(p["sock"]):
+            return running_pid(p["pidfile"])
+        time.sleep(0.1)
+    with open(p["log"], encoding="utf-8", errors="replace") as handle:
+        tail = handle.read()[-2000:]
+    sys.exit("the Docker daemon of %s did not answer on %s within 30 s; the end of %s:\n%s" % (p["sock"], p["sock"], p["log"], tail))
+
+
+def main(argv):
+    action, root, node = argv[1], argv[2], argv[3]
+    p = paths(root, node)
+    if action == "stop":
+        print(json.dumps({"changed": stop(p), "pid": None}))
+        return
+    container_pid = int(argv[4])
+    addresses = {argv[5]: MGMT_IF, argv[6]: FABRIC_IF}
+    pid = running_pid(p["pidfile"])
+    if pid and same_netns(pid, container_pid) and answers(p["sock"]):
+        print(json.dumps({"changed": False, "pid": pid}))
+        return
+    stop(p)  # a daemon left in the namespace of a node that was restarted serves nothing there
+    print(json.dumps({"changed": True, "pid": start(p, container_pid, addresses)}))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
