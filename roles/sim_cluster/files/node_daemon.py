@@ -9,6 +9,7 @@ where the node's folders sit at a Spark's paths:
 
     <root>/nodes/<node>/var             -> /var/lib/dgx-spark-vllm   (state and models, as the node sees them too)
     <root>/nodes/<node>/dev/infiniband  -> /dev/infiniband           (stand-in device nodes, for --device)
+    <root>/nodes/<node>/run/hosts       -> /etc/hosts                (the node's, as DGX OS writes it)
     tmpfs                               -> /run/containerd           (so dockerd starts a containerd of its own)
 
 A container it starts with --network host --ipc host sees exactly the node's interfaces, addresses and name.
@@ -38,7 +39,7 @@ def paths(root, node):
     base = os.path.join(root, "nodes", node)
     return {"base": base, "var": os.path.join(base, "var"), "dev": os.path.join(base, "dev", "infiniband"),
             "run": os.path.join(base, "run"), "sock": os.path.join(base, "run", "docker", "docker.sock"),
-            "pidfile": os.path.join(base, "run", "dockerd.pid"), "log": os.path.join(base, "run", "dockerd.log"),
+            "pidfile": os.path.join(base, "run", "dockerd.pid"), "hosts": os.path.join(base, "run", "hosts"), "log": os.path.join(base, "run", "dockerd.log"),
             "data": os.path.join(root, "stores", node), "exec": "/run/dgx-spark-sim/%s" % node, "bin": os.path.join(root, "bin")}
 
 
@@ -109,17 +110,19 @@ def make_devices(folder):
             os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
 
 
-def start(p, container_pid, addresses):
+def start(p, node, container_pid, addresses):
     for folder in (p["var"], p["dev"], os.path.dirname(p["sock"]), p["data"], p["exec"]):
         os.makedirs(folder, exist_ok=True)
     for mountpoint in (SPARK_STATE, "/dev/infiniband", "/run/containerd"):  # empty folders to mount on, this machine's
         os.makedirs(mountpoint, exist_ok=True)
     make_devices(p["dev"])
     rename_interfaces(container_pid, addresses)
-    script = ('mount -t tmpfs tmpfs /run/containerd && mount --bind "$1" %s && mount --bind "$2" /dev/infiniband && shift 2 '
-              '&& exec "$@"' % SPARK_STATE)
+    with open(p["hosts"], "w", encoding="utf-8") as handle:  # as DGX OS writes it: the node's name on 127.0.1.1
+        handle.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % node)
+    script = ('mount -t tmpfs tmpfs /run/containerd && mount --bind "$1" %s && mount --bind "$2" /dev/infiniband '
+              '&& mount --bind "$3" /etc/hosts && shift 3 && exec "$@"' % SPARK_STATE)
     argv = ["nsenter", "--net=/proc/%d/ns/net" % container_pid, "--uts=/proc/%d/ns/uts" % container_pid, "--",
-            "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", p["var"], p["dev"],
+            "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", p["var"], p["dev"], p["hosts"],
             "dockerd", "--data-root", p["data"], "--exec-root", p["exec"], "--pidfile", p["pidfile"],
             "--host", "unix://" + p["sock"], "--add-runtime", "nvidia=runc", "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"]
     env = dict(os.environ, PATH=p["bin"] + os.pathsep + os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"))
@@ -147,7 +150,7 @@ def main(argv):
         print(json.dumps({"changed": False, "pid": pid}))
         return
     stop(p)  # a daemon left in the namespace of a node that was restarted serves nothing there
-    print(json.dumps({"changed": True, "pid": start(p, container_pid, addresses)}))
+    print(json.dumps({"changed": True, "pid": start(p, node, container_pid, addresses)}))
 
 
 if __name__ == "__main__":
