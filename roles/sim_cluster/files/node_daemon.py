@@ -3,7 +3,7 @@
 """A simulated node's own Docker daemon, run on this machine inside the node's network and UTS namespaces.
 
 A Spark has one Docker daemon; so does each simulated node. Its dockerd runs here (a container may not run one
-without --privileged), entered into the node container's network and UTS namespaces with nsenter (not `ip netns
+without --privileged), entered into the node container's network, UTS and IPC namespaces with nsenter (not `ip netns
 exec`, which remounts /sys and hides the cgroups: "Devices cgroup isn't mounted"), in a mount namespace of its own
 where the node's folders sit at a Spark's paths:
 
@@ -11,8 +11,10 @@ where the node's folders sit at a Spark's paths:
     <root>/nodes/<node>/dev/infiniband  -> /dev/infiniband           (stand-in device nodes, for --device)
     <root>/nodes/<node>/run/hosts       -> /etc/hosts                (the node's, as DGX OS writes it)
     tmpfs                               -> /run/containerd           (so dockerd starts a containerd of its own)
+    tmpfs                               -> /dev/shm                  (the node's own, shared by --ipc host)
 
-A container it starts with --network host --ipc host sees exactly the node's interfaces, addresses and name.
+A container it starts with --network host --ipc host sees exactly the node's interfaces, addresses, name and shared
+memory, and no other node's.
 `--gpus all` needs nvidia-container-runtime-hook on dockerd's PATH; the stand-in in <root>/bin does nothing (the
 node has no GPU). The `nvidia` runtime a Spark's Docker lists (NVIDIA Container Toolkit) is runc here. Its images live in <root>/stores/<node>, kept when the nodes are removed.
 
@@ -32,6 +34,7 @@ import sys
 import time
 
 SPARK_STATE = "/var/lib/dgx-spark-vllm"
+SHM_SIZE = "8g"  # the node's own /dev/shm, what --ipc host shares on a Spark (its RAM, bounded here)
 MGMT_IF, FABRIC_IF = "enP7s7", "enp1s0f1np1"  # a Spark's 10 GbE port and its ConnectX port on the fabric
 
 
@@ -119,9 +122,11 @@ def start(p, node, container_pid, addresses):
     rename_interfaces(container_pid, addresses)
     with open(p["hosts"], "w", encoding="utf-8") as handle:  # as DGX OS writes it: the node's name on 127.0.1.1
         handle.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % node)
-    script = ('mount -t tmpfs tmpfs /run/containerd && mount --bind "$1" %s && mount --bind "$2" /dev/infiniband '
-              '&& mount --bind "$3" /etc/hosts && shift 3 && exec "$@"' % SPARK_STATE)
-    argv = ["nsenter", "--net=/proc/%d/ns/net" % container_pid, "--uts=/proc/%d/ns/uts" % container_pid, "--",
+    script = ('mount -t tmpfs tmpfs /run/containerd && mount -t tmpfs -o mode=1777,size=%s tmpfs /dev/shm '
+              '&& mount --bind "$1" %s && mount --bind "$2" /dev/infiniband && mount --bind "$3" /etc/hosts && shift 3 '
+              '&& exec "$@"' % (SHM_SIZE, SPARK_STATE))
+    argv = ["nsenter", "--net=/proc/%d/ns/net" % container_pid, "--uts=/proc/%d/ns/uts" % container_pid,
+            "--ipc=/proc/%d/ns/ipc" % container_pid, "--",
             "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", p["var"], p["dev"], p["hosts"],
             "dockerd", "--data-root", p["data"], "--exec-root", p["exec"], "--pidfile", p["pidfile"],
             "--host", "unix://" + p["sock"], "--add-runtime", "nvidia=runc", "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"]
