@@ -42,3 +42,13 @@ def recap(output):
         if len(parts) > 3 and parts[1] == ":":
             hosts[parts[0]] = {k: int(v) for k, v in (p.split("=") for p in parts[2:] if "=" in p)}
     return hosts
+
+
+SIM_ROOT = "/var/lib/dgx-spark-sim"
+
+
+def node_docker(node, root=SIM_ROOT):
+    """A Docker client of a simulated node's own daemon (its socket: <root>/nodes/<node>/run/docker/docker.sock)."""
+    import docker
+
+    return docker.DockerClient(base_url="unix://%s/nodes/%s/run/docker/docker.sock" % (root, node))

@@ -10,7 +10,7 @@ import urllib.request
 import docker
 import pytest
 
-from runner import ROOT, recap, run
+from runner import ROOT, node_docker, recap, run
 
 pytestmark = pytest.mark.slow
 
@@ -23,8 +23,26 @@ def playbook(name, *extra, log=None, check=False):
     return run(log or name, ["ansible-playbook", "playbooks/%s.yml" % name] + list(extra), check=check, timeout=1800)
 
 
-def our_containers(client):
-    return sorted(c.name for c in client.containers.list(all=True, filters={"label": "dgx_spark.vllm.managed=true"}))
+def our_containers(dummy=None):
+    """The collection's containers on every node's own daemon."""
+    return sorted(c.name for node in ("sim-head", "sim-worker1")
+                  for c in node_docker(node).containers.list(all=True, filters={"label": "dgx_spark.vllm.managed=true"}))
+
+
+def every_container(client):
+    """Every container on this machine's daemon and on each node's own, with its ID."""
+    found = {("machine", c.name): c.id for c in client.containers.list(all=True)}
+    for node in ("sim-head", "sim-worker1"):
+        found.update({(node, c.name): c.id for c in node_docker(node).containers.list(all=True)})
+    return found
+
+
+def head():
+    return node_docker("sim-head")
+
+
+def worker():
+    return node_docker("sim-worker1")
 
 
 def chat():
@@ -72,21 +90,21 @@ def test_second_run_changes_nothing_and_does_not_interrupt_serving(client):
 
 
 def test_changed_profile_restarts_only_what_its_hash_touches(client):
-    ray_ids = {name: client.containers.get(name).id for name in (HEAD_RAY, WORKER_RAY)}
+    ray_ids = {HEAD_RAY: head().containers.get(HEAD_RAY).id, WORKER_RAY: worker().containers.get(WORKER_RAY).id}
 
     def pgid():
-        return json.loads(client.containers.get(HEAD_RAY).exec_run(["cat", "/dgx-spark/run/vllm.json"]).output)["pgid"]
+        return json.loads(head().containers.get(HEAD_RAY).exec_run(["cat", "/dgx-spark/run/vllm.json"]).output)["pgid"]
 
     before = pgid()
     rc, out = playbook("serve", "-e", "vllm_max_model_len=512", log="faults-serve-changed-profile", check=True)
-    assert {name: client.containers.get(name).id for name in ray_ids} == ray_ids  # Ray untouched
+    assert {HEAD_RAY: head().containers.get(HEAD_RAY).id, WORKER_RAY: worker().containers.get(WORKER_RAY).id} == ray_ids  # Ray untouched
     assert pgid() != before  # vLLM restarted with the new flags
     assert chat() == 200
     playbook("serve", log="faults-serve-profile-back", check=True)
 
 
 def test_killed_worker_is_named_by_status_and_restored_by_serve(client):
-    client.containers.get(WORKER_RAY).kill()
+    worker().containers.get(WORKER_RAY).kill()
     rc, out = playbook("status", log="faults-status-broken")
     assert rc != 0
     assert "sim-worker1 (10.210.0.11): dgx-spark-ray-sim-worker1 exited" in out and "NOT OK" in out
@@ -97,18 +115,18 @@ def test_killed_worker_is_named_by_status_and_restored_by_serve(client):
 
 
 def test_hand_made_worker_missing_a_kernel_variable_is_refused(client):
-    original = client.containers.get(WORKER_RAY)
+    original = worker().containers.get(WORKER_RAY)
     attrs = original.attrs
     env = [e for e in attrs["Config"]["Env"] if not e.startswith("VLLM_CPU_KVCACHE_SPACE=")]
     original.remove(force=True)
-    client.containers.run(attrs["Config"]["Image"], attrs["Config"]["Cmd"], name=WORKER_RAY, environment=env,
-                          labels=attrs["Config"]["Labels"], network_mode=attrs["HostConfig"]["NetworkMode"],
-                          volumes=attrs["HostConfig"]["Binds"], shm_size="2g", init=True, detach=True)
+    worker().containers.run(attrs["Config"]["Image"], attrs["Config"]["Cmd"], name=WORKER_RAY, environment=env,
+                            labels=attrs["Config"]["Labels"], network_mode=attrs["HostConfig"]["NetworkMode"],
+                            ipc_mode=attrs["HostConfig"]["IpcMode"], volumes=attrs["HostConfig"]["Binds"], init=True, detach=True)
     rc, out = playbook("serve", log="faults-serve-parity")
     assert rc != 0
     assert "Environment parity failed; vLLM is not launched" in out
     assert "sim-worker1: VLLM_CPU_KVCACHE_SPACE is missing in the container, planned '1' (common value)" in out
-    client.containers.get(WORKER_RAY).remove(force=True)
+    worker().containers.get(WORKER_RAY).remove(force=True)
     playbook("serve", log="faults-serve-after-parity", check=True)
     assert chat() == 200
 
@@ -122,7 +140,7 @@ def test_foreign_program_on_the_endpoint_port_is_refused(client):
         rc, out = playbook("serve", log="faults-serve-port")
         assert rc != 0
         assert "sim-head: port(s) 8000 are held by a program this collection did not start" in out
-        assert our_containers(client) == []  # nothing half-started
+        assert our_containers() == []  # nothing half-started
     finally:
         node.exec_run(["pkill", "-f", "http.server 8000"])
     playbook("serve", log="faults-serve-after-port", check=True)
@@ -141,12 +159,12 @@ def test_head_killed_during_launch_fails_at_once_and_the_next_run_recovers(clien
     runner.start()
     for dummy in range(300):
         try:
-            if client.containers.get(HEAD_RAY).exec_run(["test", "-f", "/dgx-spark/run/vllm.json"]).exit_code == 0:
+            if head().containers.get(HEAD_RAY).exec_run(["test", "-f", "/dgx-spark/run/vllm.json"]).exit_code == 0:
                 break
         except docker.errors.APIError:  # not made yet, or made and not yet running
             pass
         time.sleep(0.5)
-    client.containers.get(HEAD_RAY).kill()
+    head().containers.get(HEAD_RAY).kill()
     runner.join()
     assert result["rc"] != 0
     assert "vLLM exited while loading on sim-head" in result["out"]
@@ -159,8 +177,8 @@ def test_unreachable_worker_stops_the_run_and_sim_then_serve_recover(client):
     client.containers.get("sim-worker1").stop()
     rc, out = playbook("serve", log="faults-serve-unreachable")
     assert rc != 0
-    assert "fatal: [sim-worker1]" in out and "is not running" in out
-    assert client.containers.get(HEAD_RAY).status == "running"  # nothing on the head was touched
+    assert "fatal: [sim-worker1]: UNREACHABLE!" in out and "Failed to connect to the host via ssh" in out
+    assert head().containers.get(HEAD_RAY).status == "running"  # nothing on the head was touched
     run("faults-sim-restart-node", ["ansible-playbook", "playbooks/sim.yml"], timeout=600)
     playbook("serve", log="faults-serve-after-unreachable", check=True)
     assert chat() == 200
@@ -175,8 +193,8 @@ def test_unreachable_worker_stops_the_run_and_sim_then_serve_recover(client):
     (["-e", "vllm_image=dgx-spark-sim/runtime:missing"], "The head sim-head does not hold dgx-spark-sim/runtime:missing"),
 ])
 def test_bad_input_is_refused_before_any_change(client, extra, message):
-    before = {c.name: c.id for c in client.containers.list(all=True)}
+    before = every_container(client)
     rc, out = playbook("serve", *extra, log="faults-bad-input")
     assert rc != 0
     assert message in out
-    assert {c.name: c.id for c in client.containers.list(all=True)} == before
+    assert every_container(client) == before

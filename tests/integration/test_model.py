@@ -13,19 +13,19 @@ import docker
 import pytest
 import yaml
 
-from runner import ROOT, recap, run
+from runner import ROOT, node_docker, recap, run
 
 pytestmark = pytest.mark.slow
 
 SIM = "/var/lib/dgx-spark-sim"
 HUB = os.path.join(SIM, "hub", "dgx-spark-sim")
 REPO_DIR = "huggingface/hub/models--dgx-spark-sim--sim-tiny"
-NODES = {"sim-head": "10.210.0.10", "sim-worker1": "10.210.0.11"}
+NODES = {"sim-head": "10.209.0.10", "sim-worker1": "10.209.0.11"}  # management addresses: the hub is on that network
 HUB_CONTAINER = "dgx-spark-sim-hub"
 
 
 def models(node):
-    return os.path.join(SIM, "nodes", node, "models")
+    return os.path.join(SIM, "nodes", node, "var", "models")  # /var/lib/dgx-spark-vllm/models on the node
 
 
 def empty(folder):
@@ -128,7 +128,7 @@ def test_bad_input_is_refused_and_nothing_half_fetched_counts(tmp_path, case):
         says = "dgx-spark-sim/sim-tiny has no revision 'v9'"
     elif case == "gated_without_token":
         extra = ["-e", "vllm_profile=", "-e", "vllm_profile_file=" + profile_with(tmp_path, id="dgx-spark-sim/sim-tiny-gated")]
-        says = "is gated or private at http://10.210.0.5:8090 (HTTP 401) and no token was given: set vllm_hf_token"
+        says = "is gated or private at http://10.209.0.5:8090 (HTTP 401) and no token was given: set vllm_hf_token"
     elif case == "wrong_token":
         extra = ["-e", "vllm_profile=", "-e", "vllm_profile_file=" + profile_with(tmp_path, id="dgx-spark-sim/sim-tiny-gated"),
                  "-e", "vllm_hf_token=not-the-token-4711"]
@@ -172,7 +172,7 @@ def test_the_right_token_fetches_a_gated_model_and_is_never_shown(tmp_path):
     assert "sim-hub-token" not in out
     assert glob.glob(os.path.join(models("sim-worker1"), "huggingface/hub/models--dgx-spark-sim--sim-tiny-gated/snapshots/*/config.json"))
     # The token file lived only for the fetch.
-    assert not os.path.exists(os.path.join(SIM, "nodes", "sim-head", "state", "dgx-spark", "secrets", "hf_token"))
+    assert not os.path.exists(os.path.join(SIM, "nodes", "sim-head", "var", "dgx-spark", "secrets", "hf_token"))
     shutil.rmtree(os.path.join(models("sim-head"), "huggingface/hub/models--dgx-spark-sim--sim-tiny-gated"))
     shutil.rmtree(os.path.join(models("sim-worker1"), "huggingface/hub/models--dgx-spark-sim--sim-tiny-gated"))
 
@@ -185,11 +185,10 @@ def test_check_mode_reports_and_changes_nothing():
 
 
 def test_a_running_container_that_sees_a_replaced_models_folder_is_named():
-    client = docker.from_env()
-    node_image = client.containers.get("sim-head").image.id
+    client = node_docker("sim-head")  # the head's own daemon, where the node's models folder is /var/lib/dgx-spark-vllm/models
     watcher = client.containers.run(
-        node_image, ["sleep", "infinity"], name="dgx-spark-model-watcher", detach=True, network_mode="container:sim-head",
-        volumes={models("sim-head"): {"bind": "/models", "mode": "ro"}},
+        "dgx-spark-sim/runtime:sim", ["sleep", "infinity"], name="dgx-spark-model-watcher", detach=True, network_mode="host",
+        volumes={"/var/lib/dgx-spark-vllm/models": {"bind": "/models", "mode": "ro"}},
         labels={"dgx_spark.vllm.cluster": "dgx-spark", "dgx_spark.vllm.node": "sim-head", "dgx_spark.vllm.managed": "true"})
     try:
         rc, out = model_yml(log="model-watcher-same", check=True)  # the same folder: nothing to say
