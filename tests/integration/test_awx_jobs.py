@@ -12,10 +12,9 @@ import subprocess
 import urllib.request
 
 import ansible_runner
-import docker
 import pytest
 
-from runner import ROOT, VENV_BIN, environment, run
+from runner import ROOT, VENV_BIN, environment, node_docker, run
 
 pytestmark = pytest.mark.slow
 
@@ -111,8 +110,9 @@ def test_plan_serve_status_teardown_as_awx_jobs(base):
 
     result, events, log = awx_job(base, "teardown", "playbooks/teardown.yml", {})
     assert_successful(result, events, log)
-    left = docker.from_env().containers.list(all=True, filters={"label": "dgx_spark.vllm.managed=true"})
-    assert not left, [c.name for c in left]
+    left = [c.name for node in ("sim-head", "sim-worker1")
+            for c in node_docker(node).containers.list(all=True, filters={"label": "dgx_spark.vllm.managed=true"})]
+    assert not left, left
 
 
 def playbook_failure(extra):
