@@ -49,7 +49,11 @@ def timed(argv, log=None):
     return seconds, proc.stdout
 
 
-def run_module(name, args, runs=5):
+def node_socket(node):
+    return "unix://%s/nodes/%s/run/docker/docker.sock" % (SIM_ROOT, node)
+
+
+def run_module(name, args, runs=5, env=None):
     """Run a module as Ansible does on a node (its own Python process, arguments as JSON), ``runs`` times."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump({"ANSIBLE_MODULE_ARGS": args}, handle)
@@ -57,7 +61,8 @@ def run_module(name, args, runs=5):
     times = []
     for dummy in range(runs):
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, path, handle.name], env=ENV, capture_output=True, text=True, check=False)
+        proc = subprocess.run([sys.executable, path, handle.name], env=dict(ENV, **(env or {})), capture_output=True, text=True,
+                              check=False)
         times.append(time.monotonic() - started)
         if '"failed": true' in proc.stdout:
             return None, proc.stdout[-300:]
@@ -68,13 +73,13 @@ def run_module(name, args, runs=5):
 def bench_probes():
     print("Probes (each module as its own process, %s):" % sys.executable)
     sysfs = os.path.join(SIM_ROOT, "nodes", "sim-head", "sys")
-    smi = os.path.join(SIM_ROOT, "nodes", "sim-head", "bin", "nvidia-smi")
+    smi = os.path.join(ROOT, "roles", "sim_cluster", "files", "nvidia-smi")
     cases = [("unified_memory_info", {"nvidia_smi": smi if os.path.exists(smi) else "nvidia-smi", "gpu_memory_utilization": 0.8}),
              ("roce_gid_info", {"sysfs_root": sysfs if os.path.exists(sysfs) else "/sys"}),
              ("ray_cluster_info", {"container": "dgx-spark-ray-sim-head", "expected_nodes": 2}),
              ("vllm_image_info", {"image": "dgx-spark-sim/runtime:sim", "cache_dir": os.path.join(tempfile.gettempdir(), "bench-image-info")})]
-    for name, args in cases:
-        times, error = run_module(name, args)
+    for name, args in cases:  # Ray runs in the head's own daemon
+        times, error = run_module(name, args, env={"DOCKER_HOST": node_socket("sim-head")} if name == "ray_cluster_info" else None)
         if times is None:
             line(name, "n/a", "", "(%s)" % error.strip().splitlines()[-1][:80])
             continue
@@ -146,9 +151,10 @@ def vllm_startup_seconds(log_text, started_at):
     return ready + 1 - started_at  # the log's second is rounded down
 
 
-def docker_run_argv(spec):
-    """`docker run` for a planned container spec: what a user's shell script would type, nothing more."""
-    argv = ["docker", "run", "-d", "--name", spec["name"], "--network", spec["network_mode"], "--ipc", spec["ipc_mode"], "--init"]
+def docker_run_argv(spec, node):
+    """`docker run` for a planned container spec on its node: what a user's shell script would type, nothing more."""
+    argv = ["docker", "-H", node_socket(node), "run", "-d", "--name", spec["name"], "--network", spec["network_mode"],
+            "--ipc", spec["ipc_mode"], "--init"]
     if spec.get("shm_size"):
         argv += ["--shm-size", spec["shm_size"]]
     for key, value in sorted(spec["env"].items()):
@@ -159,6 +165,8 @@ def docker_run_argv(spec):
         argv += ["--device", device]
     for cap in spec.get("capabilities") or []:
         argv += ["--cap-add", cap]
+    if spec.get("gpus"):
+        argv += ["--gpus", spec["gpus"]]
     for limit in spec.get("ulimits") or []:
         name, soft, hard = limit.split(":")
         argv += ["--ulimit", "%s=%s:%s" % (name, soft, hard)]
@@ -185,24 +193,26 @@ def bare_bringup(plan):
     """The bare bring-up on the same images: two containers, Ray head and worker, `vllm serve` inside the head,
     timed to the first completion. The plan of the last serve.yml gives the specs, so nothing differs but the tool."""
     head = plan["head"]
-    specs = [plan["nodes"][n]["containers"][0] for n in plan["nodes_order"]]
+    specs = [(plan["nodes"][n]["containers"][0], n) for n in plan["nodes_order"]]
     serve = plan["nodes"][head]["serve"]
     endpoint = plan["cluster"]["endpoint"]
     with open(endpoint["api_key_file"], encoding="utf-8") as handle:
         key = handle.read().strip()
     started = time.monotonic()
-    for spec in specs:
-        subprocess.run(docker_run_argv(spec), check=True, capture_output=True)
+    for spec, node in specs:
+        subprocess.run(docker_run_argv(spec, node), check=True, capture_output=True)
+    on_head = ["docker", "-H", node_socket(head)]
     for dummy in range(600):
-        out = subprocess.run(["docker", "exec", specs[0]["name"], "ray", "status"], capture_output=True, text=True, check=False).stdout
+        out = subprocess.run(on_head + ["exec", specs[0][0]["name"], "ray", "status"], capture_output=True, text=True, check=False).stdout
         if out.count("node_") >= len(specs):
             break
         time.sleep(0.5)
-    subprocess.run(["docker", "exec", "-d", specs[0]["name"], "sh", "-c", "exec \"$@\" >> /dgx-spark/logs/vllm.log 2>&1", "sh"]
+    subprocess.run(on_head + ["exec", "-d", specs[0][0]["name"], "sh", "-c", "exec \"$@\" >> /dgx-spark/logs/vllm.log 2>&1", "sh"]
                    + serve["command"], check=True)
     ok = chat_once(endpoint["url"], key, endpoint["served_model_name"], 1800)
     seconds = time.monotonic() - started
-    subprocess.run(["docker", "rm", "-f"] + [s["name"] for s in specs], capture_output=True, check=False)
+    for spec, node in specs:
+        subprocess.run(["docker", "-H", node_socket(node), "rm", "-f", spec["name"]], capture_output=True, check=False)
     return seconds if ok else None
 
 
@@ -259,14 +269,15 @@ def bench_plan8():
     print("Probe and plan for 8 simulated nodes:")
     folder = tempfile.mkdtemp(prefix="bench-sim8.")
     names = ["sim8-head"] + ["sim8-w%d" % i for i in range(1, 8)]
-    hosts = {n: {"ansible_host": n, "spark_fabric_ip": "10.212.0.%d" % (10 + i), "sim_gid_index": 3 if i == 0 else 5}
+    hosts = {n: {"ansible_host": "10.214.0.%d" % (10 + i), "spark_fabric_ip": "10.212.0.%d" % (10 + i), "sim_gid_index": 3 if i == 0 else 5}
              for i, n in enumerate(names)}
     with open(os.path.join(ROOT, "inventories", "sim", "group_vars", "all", "sim.yml"), encoding="utf-8") as handle:
         group_vars = yaml.safe_load(handle)
     group_vars.update(sim_cluster_root="/var/lib/dgx-spark-sim8", sim_cluster_network="dgx-spark-sim8",
-                      sim_cluster_subnet="10.212.0.0/24", sim_cluster_endpoint_port=8008, vllm_profile_file=os.path.join(folder, "dp8.yml"),
-                      vllm_hf_endpoint="http://10.212.0.5:8090")
-    inventory = {"spark_cluster": {"children": {"spark_head": {"hosts": {names[0]: hosts[names[0]]}},
+                      sim_cluster_subnet="10.212.0.0/24", sim_cluster_mgmt_subnet="10.214.0.0/24", sim_cluster_endpoint_port=8008,
+                      vllm_profile_file=os.path.join(folder, "dp8.yml"), vllm_hf_endpoint="http://10.214.0.5:8090")
+    inventory = {"spark_cluster": {"vars": {"ansible_user": "root", "ansible_ssh_private_key_file": "{{ inventory_dir }}/.secrets/sim_ssh_ed25519"},
+                                   "children": {"spark_head": {"hosts": {names[0]: hosts[names[0]]}},
                                                 "spark_workers": {"hosts": {n: hosts[n] for n in names[1:]}}}},
                  "all": {"vars": group_vars}}
     with open(os.path.join(ROOT, "profiles", "sim_tiny.yml"), encoding="utf-8") as handle:
@@ -340,7 +351,7 @@ def bench_model():
     timed(["ansible-playbook", "playbooks/sim.yml"])
     hub = os.path.join(SIM_ROOT, "hub", BENCH_REPO)
     cache = "huggingface/hub/models--" + BENCH_REPO.replace("/", "--")
-    nodes = {n: os.path.join(SIM_ROOT, "nodes", n, "models") for n in ("sim-head", "sim-worker1")}
+    nodes = {n: os.path.join(SIM_ROOT, "nodes", n, "var", "models") for n in ("sim-head", "sim-worker1")}
     with open(os.path.join(ROOT, "profiles", "sim_tiny.yml"), encoding="utf-8") as handle:
         profile = handle.read().replace("id: dgx-spark-sim/sim-tiny", "id: " + BENCH_REPO)
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as handle:

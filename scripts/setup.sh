@@ -26,11 +26,14 @@ else
   say ".venv is up to date"
 fi
 
-# 2. System packages: docker.io (client and daemon) and debootstrap (base image of the simulated cluster).
+# 2. System packages: docker.io (client and daemon), debootstrap (base image of the simulated cluster), the SSH client.
 missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v docker >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)       # Ansible reaches the simulated nodes over SSH
+command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
+command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)       # each simulated node's Docker daemon in its namespaces
 if [ ${#missing[@]} -gt 0 ]; then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
