@@ -46,14 +46,24 @@ def paths(root, node):
             "data": os.path.join(root, "stores", node), "exec": "/run/dgx-spark-sim/%s" % node, "bin": os.path.join(root, "bin")}
 
 
-def running_pid(pidfile):
+def running_pid(p):
+    """The node's dockerd: from its pid file, else found by its data root (the node's folder may be gone)."""
     try:
-        with open(pidfile, encoding="utf-8") as handle:
+        with open(p["pidfile"], encoding="utf-8") as handle:
             pid = int(handle.read().strip())
         os.kill(pid, 0)
         return pid
     except (OSError, ValueError):
-        return None
+        pass
+    for entry in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if argv[:1] == [b"dockerd"] and b"--data-root" in argv and argv[argv.index(b"--data-root") + 1:][:1] == [p["data"].encode()]:
+            return int(entry)
+    return None
 
 
 def same_netns(pid, container_pid):
@@ -77,12 +87,12 @@ def answers(sock):
 
 
 def stop(p):
-    pid = running_pid(p["pidfile"])
+    pid = running_pid(p)
     if pid is None:
         return False
     os.kill(pid, signal.SIGTERM)  # dockerd stops its containers, then its containerd
     for dummy in range(300):
-        if running_pid(p["pidfile"]) is None:
+        if running_pid(p) is None:
             break
         time.sleep(0.1)
     else:
@@ -135,7 +145,7 @@ def start(p, node, container_pid, addresses):
         subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)  # pylint: disable=consider-using-with
     for dummy in range(300):
         if answers(p["sock"]):
-            return running_pid(p["pidfile"])
+            return running_pid(p)
         time.sleep(0.1)
     with open(p["log"], encoding="utf-8", errors="replace") as handle:
         tail = handle.read()[-2000:]
@@ -150,7 +160,7 @@ def main(argv):
         return
     container_pid = int(argv[4])
     addresses = {argv[5]: MGMT_IF, argv[6]: FABRIC_IF}
-    pid = running_pid(p["pidfile"])
+    pid = running_pid(p)
     if pid and same_netns(pid, container_pid) and answers(p["sock"]):
         print(json.dumps({"changed": False, "pid": pid}))
         return
