@@ -168,3 +168,14 @@ def join_state(head_facts, cluster):
     if not found or "error" in found:
         return None
     return ray_state.evaluate(found, cluster["expected_ray_nodes"], cluster["expected_ray_gpus"], cluster["expected_ips"])
+
+
+def check_probed(order, nodes, settings, findings):
+    """Names the nodes the probe did not read (unreachable, or their probe failed above) unless the plan is offline;
+    True when there is one, since every later check would only guess about them."""
+    missing = [] if settings["offline"] else [n for n in order if "memory" not in (nodes.get(n) or {})]
+    for name in missing:
+        findings.error(name, None, "%s was not probed: it was unreachable, its probe failed, or the probe stopped at another "
+                                   "node's failure (see above). Make every node reachable (ssh to its ansible_host), then run "
+                                   "again; nothing was changed" % name)
+    return bool(missing)

@@ -92,6 +92,8 @@ def make_plan(inputs, stage="full"):
                       "reachable for the real plan")
     if stage == "inventory" or findings.errors:
         return finish(result, findings)
+    if nodes_check.check_probed(order, inputs["nodes"], settings, findings):  # what follows would only guess about them
+        return finish(result, findings)
     if not settings["image"]:
         findings.error("all", None, "no image: set vllm_image (a vLLM image with Ray), or let the image role build one")
     use_roce = environment.transport(inputs, findings)

@@ -120,3 +120,14 @@ def test_a_head_without_the_image_is_refused_unless_the_image_role_builds_it():
                                  "to build it"]
     plan_nodes.check_images(["h", "w"], nodes, built, "img:missing", build=True)
     assert built.errors == []
+
+
+def test_a_node_the_probe_did_not_read_is_named_and_nothing_is_guessed():
+    findings = Findings()
+    assert plan_nodes.check_probed(["sim-head", "sim-worker1"], {"sim-head": probed(), "sim-worker1": {"fabric_ip": "10.210.0.11"}},
+                                   normalize_settings({}), findings) is True
+    assert messages(findings) == ["sim-worker1 was not probed: it was unreachable, its probe failed, or the probe stopped at another "
+                                  "node's failure (see above). Make every node reachable (ssh to its ansible_host), then run again; "
+                                  "nothing was changed"]
+    offline = Findings()
+    assert plan_nodes.check_probed(["sim-head"], {"sim-head": {}}, normalize_settings({"offline": True}), offline) is False
