@@ -19,10 +19,12 @@ ROOT_DIR = "/var/lib/dgx-spark-sim3"
 NODES = {"sim3-head": ("10.211.0.10", 3), "sim3-w1": ("10.211.0.11", 5), "sim3-w2": ("10.211.0.12", 5)}  # fabric IP, GID index
 
 
-def mgmt(fabric_ip):
-    return fabric_ip.replace("10.211.", "10.213.")
 PORT = 8010
 KEY = {}  # the controller's key sim.yml makes beside the inventory
+
+
+def mgmt(fabric_ip):
+    return fabric_ip.replace("10.211.", "10.213.")
 
 
 @pytest.fixture(scope="module", name="inventory")

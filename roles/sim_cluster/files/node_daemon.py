@@ -16,7 +16,8 @@ where the node's folders sit at a Spark's paths:
 A container it starts with --network host --ipc host sees exactly the node's interfaces, addresses, name and shared
 memory, and no other node's.
 `--gpus all` needs nvidia-container-runtime-hook on dockerd's PATH; the stand-in in <root>/bin does nothing (the
-node has no GPU). The `nvidia` runtime a Spark's Docker lists (NVIDIA Container Toolkit) is runc here. Its images live in <root>/stores/<node>, kept when the nodes are removed.
+node has no GPU). The `nvidia` runtime a Spark's Docker lists (NVIDIA Container Toolkit) is runc here. Its images
+live in <root>/stores/<node>, kept when the nodes are removed.
 
 The node's interfaces get a Spark's names: the management NIC enP7s7, the fabric port enp1s0f1np1.
 
