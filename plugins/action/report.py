@@ -38,9 +38,10 @@ class ActionModule(ActionBase):
             return result
         try:
             os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
-            with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            with os.fdopen(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
                 json.dump(args["data"], handle, indent=4, sort_keys=True, default=str)
                 handle.write("\n")
+            os.chmod(path + ".tmp", 0o600)  # a file left by an older run keeps its mode through O_TRUNC
             os.replace(path + ".tmp", path)
         except OSError as exc:
             raise AnsibleActionFail("cannot write %s: %s" % (path, exc))

@@ -65,6 +65,7 @@ def check_inventory(inputs, findings):
         if key == "RAY_ADDRESS" and str(value).strip().lower().startswith("ray://"):
             findings.error("all", value, "RAY_ADDRESS=%s is a Ray Client address: vLLM would run as a remote client and silently "
                            "serve on one GPU. The collection runs vllm serve inside the head's container; remove it" % value)
+    check_secrets(inputs, findings)
     ports = {"vllm_port": settings["port"], "ray_port": settings["ray_port"], "master_port": settings["master_port"]}
     for key, value in ports.items():
         if not 0 < value < 65536:
@@ -101,3 +102,33 @@ def utilization(inputs, findings):
         findings.error("all", value, "gpu_memory_utilization must be in (0, 1], got %g; vLLM requests that share of "
                        "each node's memory" % value)
     return value
+
+
+# Where each kind of secret goes instead: never on a command line, in an environment dump or in plan.json.
+SECRET_HOMES = {"--api-key": "vllm_api_key", "VLLM_API_KEY": "vllm_api_key", "HF_TOKEN": "vllm_hf_token",
+                "HUGGING_FACE_HUB_TOKEN": "vllm_hf_token"}
+
+
+def secret_name(name, flag=False):
+    """True when a flag or variable name says it carries a secret: --api-key or *-token/*-secret/*-password flags;
+    variables ending in _TOKEN or holding SECRET, PASSWORD or API_KEY (TOKENIZERS_PARALLELISM is not one)."""
+    name = str(name).upper()
+    if flag:
+        name = name.lstrip("-").replace("-", "_")
+        return name == "API_KEY" or name.endswith("_TOKEN") or any(word in name for word in ("SECRET", "PASSWORD", "API_KEY"))
+    return name.endswith("_TOKEN") or any(word in name for word in ("SECRET", "PASSWORD", "API_KEY"))
+
+
+def check_secrets(inputs, findings):
+    """Refuse secrets in vllm_extra_flags and vllm_extra_env: both reach argv, every container's environment and
+    plan.json. The finding names the flag or variable, never its value, and says where the secret goes instead."""
+    for key in sorted(inputs.get("extra_flags") or {}):
+        if secret_name(key, flag=True):
+            findings.error("all", key, "vllm_extra_flags carries %s, a secret: it would be on vLLM's command line and in plan.json. "
+                           "Give it with %s instead (a credential or Ansible Vault); nothing was changed"
+                           % (key, SECRET_HOMES.get(key, "a variable the collection keeps in a 0600 file")))
+    for key in sorted(inputs.get("extra_env") or {}):
+        if secret_name(key):
+            findings.error("all", key, "vllm_extra_env carries %s, a secret: it would be in every container's environment and in "
+                           "plan.json. Give it with %s instead (a credential or Ansible Vault); nothing was changed"
+                           % (key, SECRET_HOMES.get(key, "a variable the collection keeps in a 0600 file")))

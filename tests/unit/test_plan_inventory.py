@@ -55,3 +55,24 @@ def test_utilization_override_and_range():
     assert plan_inventory.utilization(inputs(overrides={"gpu_memory_utilization": "0.5"}), findings) == 0.5
     assert plan_inventory.utilization(inputs(overrides={"gpu_memory_utilization": 1.5}), findings) == 1.5
     assert findings.errors[0]["message"].startswith("gpu_memory_utilization must be in (0, 1], got 1.5")
+
+
+@pytest.mark.parametrize("change,expected", [
+    ({"extra_flags": {"--api-key": "sk-do-not-show"}},
+     "vllm_extra_flags carries --api-key, a secret: it would be on vLLM's command line and in plan.json. Give it with vllm_api_key"),
+    ({"extra_env": {"HF_TOKEN": "hf_do_not_show"}},
+     "vllm_extra_env carries HF_TOKEN, a secret: it would be in every container's environment and in plan.json. Give it with "
+     "vllm_hf_token"),
+    ({"extra_env": {"WANDB_API_KEY": "x"}}, "vllm_extra_env carries WANDB_API_KEY, a secret"),
+    ({"extra_env": {"DB_PASSWORD": "x"}}, "vllm_extra_env carries DB_PASSWORD, a secret"),
+    ({"extra_flags": {"--hf-token": "x"}}, "vllm_extra_flags carries --hf-token, a secret"),
+])
+def test_secrets_in_extra_flags_or_env_are_refused_by_name_never_by_value(change, expected):
+    found = messages(inputs(**change))
+    assert len(found) == 1 and found[0].startswith(expected) and found[0].endswith("nothing was changed")
+    assert "do-not-show" not in str(found) and "do_not_show" not in str(found)
+
+
+def test_names_that_only_look_like_secrets_pass():
+    assert messages(inputs(extra_env={"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "INFO"},
+                           extra_flags={"--max-num-batched-tokens": 8192})) == []
