@@ -22,9 +22,17 @@ LAUNCHER_SCRIPT = """#!/bin/sh
 # Written by dgx_spark.vllm (the plan's launcher): runs `vllm serve` with the arguments it is given.
 # The API key is read from a file only root can read, so it never appears on a command line, in
 # `docker inspect` or in a log, and Ray does not carry it to the workers (ray_non_carry_over_env_vars.json).
+# Fail closed: an endpoint rank without a key does not start (a headless rank serves no endpoint).
 set -e
 key_file=%s
-if [ -r "$key_file" ]; then
+headless=
+for arg in "$@"; do [ "$arg" = --headless ] && headless=1; done
+if [ -z "$headless" ]; then
+  if [ ! -s "$key_file" ]; then
+    echo "dgx_spark.vllm: no API key in $key_file (missing or empty); vLLM is not started without one." \
+      "Run serve.yml again (it writes the key there) or give vllm_api_key." >&2
+    exit 78
+  fi
   VLLM_API_KEY=$(cat "$key_file")
   export VLLM_API_KEY
 fi

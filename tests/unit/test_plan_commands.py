@@ -1,5 +1,7 @@
 """plan_commands: `ray start` (facts 5, 6, 20), vLLM's argv, container specs (facts 8, 16), the fetch helper."""
 
+import pytest
+
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import node_paths, normalize_settings
 
@@ -47,3 +49,22 @@ def test_fetch_helper_runs_in_the_image_with_the_token_as_a_file():
 def test_no_gpus_on_the_simulated_cluster():
     assert plan_commands.gpus(normalize_settings({"gpus": "none"})) is None
     assert plan_commands.gpus(normalize_settings({})) == "all"
+
+
+@pytest.mark.parametrize("key,extra,rc,says", [
+    (None, [], 78, "no API key in"),
+    ("", [], 78, "no API key in"),
+    ("k-123", [], 0, "key=k-123 args=m"),
+    (None, ["--headless"], 0, "key= args=m --headless"),  # a headless rank serves no endpoint and needs no key
+])
+def test_the_launcher_fails_closed_without_a_key(tmp_path, key, extra, rc, says):
+    import subprocess
+
+    key_file = tmp_path / "vllm_api_key"
+    if key is not None:
+        key_file.write_text(key)
+    script = plan_commands.LAUNCHER_SCRIPT.replace(plan_commands.API_KEY_FILE, str(key_file))
+    script = script.replace('exec vllm serve "$@"', 'echo "key=$VLLM_API_KEY args=$*"')  # vLLM itself is not here
+    (tmp_path / "launcher").write_text(script)
+    proc = subprocess.run(["sh", str(tmp_path / "launcher"), "m"] + extra, capture_output=True, text=True, check=False)
+    assert proc.returncode == rc and says in proc.stdout + proc.stderr
