@@ -130,6 +130,7 @@ def node_paths(settings, node, model_id):
         "rsync_config": state + "/run/rsyncd.conf",
         "rsync_pid": state + "/run/rsyncd.pid",
         "rsync_secrets": state + "/secrets/rsyncd.secrets",
+        "rsync_password": state + "/secrets/rsync.password",   # a worker's side of the copy's one-time secret
         "rsync_log": state + "/logs/rsyncd.log",
         "ring_netplan": state + "/run/60-dgx-spark-ring.yaml",
     }
