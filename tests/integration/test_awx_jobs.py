@@ -44,6 +44,10 @@ def awx_job(base, name, playbook, extravars):
     script.parent.mkdir()
     script.write_text("#!/usr/bin/env python3\nprint(%r)\n" % exported)
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    # The machine credential: AWX gives a job the key in env/ssh_key and ansible-runner loads it into an ssh-agent.
+    (private / "env").mkdir()
+    shutil.copy(os.path.join(ROOT, "inventories", "sim", ".secrets", "sim_ssh_ed25519"), private / "env" / "ssh_key")
+    (private / "env" / "ssh_key").chmod(0o600)
     env = awx_environment(str(private))
     del env["ANSIBLE_CONFIG"]  # AWX runs in the project folder: the project's ansible.cfg applies, its collections_path not
     result = ansible_runner.run(private_data_dir=str(private), playbook=playbook, inventory=str(script),
