@@ -115,20 +115,15 @@ def secret_name(name, flag=False):
     name = str(name).upper()
     if flag:
         name = name.lstrip("-").replace("-", "_")
-        return name == "API_KEY" or name.endswith("_TOKEN") or any(word in name for word in ("SECRET", "PASSWORD", "API_KEY"))
     return name.endswith("_TOKEN") or any(word in name for word in ("SECRET", "PASSWORD", "API_KEY"))
 
 
 def check_secrets(inputs, findings):
     """Refuse secrets in vllm_extra_flags and vllm_extra_env: both reach argv, every container's environment and
     plan.json. The finding names the flag or variable, never its value, and says where the secret goes instead."""
-    for key in sorted(inputs.get("extra_flags") or {}):
-        if secret_name(key, flag=True):
-            findings.error("all", key, "vllm_extra_flags carries %s, a secret: it would be on vLLM's command line and in plan.json. "
-                           "Give it with %s instead (a credential or Ansible Vault); nothing was changed"
-                           % (key, SECRET_HOMES.get(key, "a variable the collection keeps in a 0600 file")))
-    for key in sorted(inputs.get("extra_env") or {}):
-        if secret_name(key):
-            findings.error("all", key, "vllm_extra_env carries %s, a secret: it would be in every container's environment and in "
-                           "plan.json. Give it with %s instead (a credential or Ansible Vault); nothing was changed"
-                           % (key, SECRET_HOMES.get(key, "a variable the collection keeps in a 0600 file")))
+    for variable, flag, where in (("extra_flags", True, "on vLLM's command line"), ("extra_env", False, "in every container's environment")):
+        for key in sorted(inputs.get(variable) or {}):
+            if secret_name(key, flag):
+                findings.error("all", key, "vllm_%s carries %s, a secret: it would be %s and in plan.json. Give it with %s instead "
+                               "(a credential or Ansible Vault); nothing was changed"
+                               % (variable, key, where, SECRET_HOMES.get(key, "a variable the collection keeps in a 0600 file")))
