@@ -1,20 +1,23 @@
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A simulated node's own Docker daemon, run on this machine inside the node's network and UTS namespaces.
+"""A simulated node's own Docker daemon, run on this machine inside the node's namespaces.
 
 A Spark has one Docker daemon; so does each simulated node. Its dockerd runs here (a container may not run one
-without --privileged), entered into the node container's network, UTS and IPC namespaces with nsenter (not `ip netns
-exec`, which remounts /sys and hides the cgroups: "Devices cgroup isn't mounted"), in a mount namespace of its own
-where the node's folders sit at a Spark's paths:
+without --privileged), entered into the node container's network, UTS, IPC and PID namespaces with nsenter (not `ip
+netns exec`, which remounts /sys and hides the cgroups: "Devices cgroup isn't mounted"), in a mount namespace of its
+own with a /proc of the node's PID namespace, where the node's folders sit at a Spark's paths:
 
     <root>/nodes/<node>/var             -> /var/lib/dgx-spark-vllm   (state and models, as the node sees them too)
     <root>/nodes/<node>/dev/infiniband  -> /dev/infiniband           (stand-in device nodes, for --device)
     <root>/nodes/<node>/run/hosts       -> /etc/hosts                (the node's, as DGX OS writes it)
+    the node's /dev/shm                 -> /dev/shm                  (shared by --ipc host, as on a Spark)
     tmpfs                               -> /run/containerd           (so dockerd starts a containerd of its own)
-    tmpfs                               -> /dev/shm                  (the node's own, shared by --ipc host)
 
 A container it starts with --network host --ipc host sees exactly the node's interfaces, addresses, name and shared
-memory, and no other node's.
+memory, and no other node's. Its processes are the node's: `ps` on the node lists them, as on a Spark, and when the
+node stops (its init ends) the kernel ends every one of them, the daemon too: a power cut.
+The node's /proc/sys/vm/drop_caches is bound to <root>/nodes/<node>/run/drop_caches, which the node's GB10 memory
+stand-in (gb10_memory.py) reads, so `echo 3 > /proc/sys/vm/drop_caches` on the node drops its simulated page cache.
 `--gpus all` needs nvidia-container-runtime-hook on dockerd's PATH; the stand-in in <root>/bin does nothing (the
 node has no GPU). The `nvidia` runtime a Spark's Docker lists (NVIDIA Container Toolkit) is runc here. Its images
 live in <root>/stores/<node>, kept when the nodes are removed.
@@ -35,7 +38,6 @@ import sys
 import time
 
 SPARK_STATE = "/var/lib/dgx-spark-vllm"
-SHM_SIZE = "8g"  # the node's own /dev/shm, what --ipc host shares on a Spark (its RAM, bounded here)
 MGMT_IF, FABRIC_IF = "enP7s7", "enp1s0f1np1"  # a Spark's 10 GbE port and its ConnectX port on the fabric
 
 
@@ -44,18 +46,12 @@ def paths(root, node):
     return {"base": base, "var": os.path.join(base, "var"), "dev": os.path.join(base, "dev", "infiniband"),
             "run": os.path.join(base, "run"), "sock": os.path.join(base, "run", "docker", "docker.sock"),
             "pidfile": os.path.join(base, "run", "dockerd.pid"), "hosts": os.path.join(base, "run", "hosts"), "log": os.path.join(base, "run", "dockerd.log"),
+            "drop_caches": os.path.join(base, "run", "drop_caches"),
             "data": os.path.join(root, "stores", node), "exec": "/run/dgx-spark-sim/%s" % node, "bin": os.path.join(root, "bin")}
 
 
 def running_pid(p):
-    """The node's dockerd: from its pid file, else found by its data root (the node's folder may be gone)."""
-    try:
-        with open(p["pidfile"], encoding="utf-8") as handle:
-            pid = int(handle.read().strip())
-        os.kill(pid, 0)
-        return pid
-    except (OSError, ValueError):
-        pass
+    """The node's dockerd on this machine, found by its data root (its pid file holds its pid in the node)."""
     for entry in os.listdir("/proc"):
         try:
             with open("/proc/%s/cmdline" % entry, "rb") as handle:
@@ -124,6 +120,17 @@ def make_devices(folder):
             os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
 
 
+def bind_drop_caches(p, container_pid):
+    """Bind the node's /proc/sys/vm/drop_caches (read-only in a container) to the file its memory stand-in reads."""
+    with open(p["drop_caches"], "a", encoding="utf-8"):
+        pass
+    mounts = subprocess.run(["nsenter", "--mount=/proc/%d/ns/mnt" % container_pid, "cat", "/proc/self/mountinfo"],
+                            capture_output=True, text=True, check=True).stdout
+    if " /proc/sys/vm/drop_caches " not in mounts:
+        subprocess.run(["nsenter", "--mount=/proc/%d/ns/mnt" % container_pid, "mount", "--bind",
+                        "/run/dgx-spark-sim/drop_caches", "/proc/sys/vm/drop_caches"], check=True)
+
+
 def start(p, node, container_pid, addresses):
     for folder in (p["var"], p["dev"], os.path.dirname(p["sock"]), p["data"], p["exec"]):
         os.makedirs(folder, exist_ok=True)
@@ -133,12 +140,14 @@ def start(p, node, container_pid, addresses):
     rename_interfaces(container_pid, addresses)
     with open(p["hosts"], "w", encoding="utf-8") as handle:  # as DGX OS writes it: the node's name on 127.0.1.1
         handle.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % node)
-    script = ('mount -t tmpfs tmpfs /run/containerd && mount -t tmpfs -o mode=1777,size=%s tmpfs /dev/shm '
-              '&& mount --bind "$1" %s && mount --bind "$2" /dev/infiniband && mount --bind "$3" /etc/hosts && shift 3 '
-              '&& exec "$@"' % (SHM_SIZE, SPARK_STATE))
+    bind_drop_caches(p, container_pid)
+    script = ('mount --bind "$4" /dev/shm && mount -t proc proc /proc && mount -t tmpfs tmpfs /run/containerd '
+              '&& mount --bind "$1" %s && mount --bind "$2" /dev/infiniband && mount --bind "$3" /etc/hosts && shift 4 '
+              '&& exec "$@"' % SPARK_STATE)
     argv = ["nsenter", "--net=/proc/%d/ns/net" % container_pid, "--uts=/proc/%d/ns/uts" % container_pid,
-            "--ipc=/proc/%d/ns/ipc" % container_pid, "--",
+            "--ipc=/proc/%d/ns/ipc" % container_pid, "--pid=/proc/%d/ns/pid" % container_pid, "--",
             "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", p["var"], p["dev"], p["hosts"],
+            "/proc/%d/root/dev/shm" % container_pid,
             "dockerd", "--data-root", p["data"], "--exec-root", p["exec"], "--pidfile", p["pidfile"],
             "--host", "unix://" + p["sock"], "--add-runtime", "nvidia=runc", "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"]
     env = dict(os.environ, PATH=p["bin"] + os.pathsep + os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"))

@@ -1,0 +1,241 @@
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A simulated node's GB10 unified memory: the /proc/meminfo and nvidia-smi's compute apps that a Spark would show.
+
+Runs inside the node (started by its init, ended with it). Twice a second it writes ``<run>/meminfo`` (bound over
+the node's /proc/meminfo) and ``<run>/compute-apps`` (what the stand-in nvidia-smi answers to --query-compute-apps),
+from a captured idle GB10 (gb10_idle_meminfo.txt, 128 GB) and the entries of the node's ledger in /dev/shm:
+
+- ``rank-*``: a running vLLM rank (dgx_spark_sim_gb10.hold) holds utilization x 119.67 GiB while it keeps the entry
+  locked. Its memory is used and listed by nvidia-smi, as on a GB10 (invisible to RSS).
+  When the rank is gone: if its container ended by SIGKILL (exit 137: docker kill, a stop that timed out, the OOM
+  killer), the memory stays pinned (``pinned``), as a GB10 keeps it until a reboot (fact 3); otherwise it is freed.
+- ``pinned-*``: pinned memory. Used, listed nowhere, so the probe reports it unaccounted.
+- ``cache-*``: page cache (weights read). Counted in Cached; MemAvailable loses min(cache / 2, 8 GiB) of it, about
+  what a captured GB10 showed with 66 GB of weights cached. ``echo 3 > /proc/sys/vm/drop_caches`` on the node (bound
+  to ``<run>/drop_caches``) drops it.
+- ``other-*``: memory a process holds (AnonPages): a node that starts with less free memory than the others.
+
+A reboot of the node (sim.yml -e sim_reboot=...) starts a fresh /dev/shm: nothing held, nothing pinned, no cache.
+
+Usage: gb10_memory.py RUN_DIR            (in the node: loop)
+       gb10_memory.py --idle MEMINFO     (on this machine: write the idle figures before the node starts)
+"""
+
+import fcntl
+import json
+import os
+import re
+import socket
+import sys
+import time
+
+LEDGER = "/dev/shm/dgx-spark-sim-gb10"
+BASE = os.environ.get("GB10_IDLE_MEMINFO", "/usr/local/share/dgx-spark-sim/gb10_idle_meminfo.txt")
+KIB = 1024
+CACHE_PENALTY_CAP = 8 * 1024 ** 3
+DECIDE_AFTER = 3.0  # seconds a dead rank's container has to end before its memory counts as freed
+COUNTS = ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "HugePages_Surp")
+
+
+def read_base(path=BASE):
+    fields = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            name, _, rest = line.partition(":")
+            if rest.strip():
+                fields.append((name, int(rest.split()[0])))
+    return fields
+
+
+def render(base, entries):
+    """meminfo text for the ledger ``entries`` ({kind: bytes}); fixed width, so every write has one length."""
+    held = entries.get("rank", 0) + entries.get("pinned", 0) + entries.get("other", 0)
+    cache = entries.get("cache", 0)
+    penalty = min(cache // 2, CACHE_PENALTY_CAP)
+    delta = {"MemFree": -(held + cache), "MemAvailable": -(held + penalty), "Cached": cache,
+             "AnonPages": entries.get("other", 0), "Committed_AS": entries.get("other", 0)}
+    lines = []
+    for name, value in base:
+        if name in COUNTS:
+            lines.append("%-16s%12d" % (name + ":", value))
+        else:
+            lines.append("%-16s%12d kB" % (name + ":", max(0, value + delta.get(name, 0) // KIB)))
+    return "\n".join(lines) + "\n"
+
+
+def locked_by(path, locks):
+    """The PID (in this node) holding the lock on ``path``, or None when nobody holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        inode = os.fstat(fd).st_ino
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    except BlockingIOError:
+        return locks.get(inode, 0)
+    finally:
+        os.close(fd)
+
+
+def read_locks():
+    """{inode: pid} of /proc/locks' FLOCK lines (the pids as this node sees them)."""
+    held = {}
+    try:
+        with open("/proc/locks", encoding="utf-8") as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) >= 6 and fields[1] == "FLOCK":
+                    held[int(fields[5].rsplit(":", 1)[1])] = int(fields[4])
+    except (OSError, ValueError, IndexError):
+        pass
+    return held
+
+
+def container_of(pid):
+    try:
+        with open("/proc/%d/cgroup" % pid, encoding="utf-8") as handle:
+            found = re.search(r"([0-9a-f]{64})", handle.read())
+        return found.group(1) if found else None
+    except OSError:
+        return None
+
+
+def container_state(container, sock="/var/run/docker.sock"):
+    """(running, exit_code, oom_killed) of a container of the node's daemon; "gone" when the daemon no longer knows
+    it, None when it cannot be read."""
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        client.settimeout(2)
+        client.connect(sock)
+        client.sendall(("GET /containers/%s/json HTTP/1.0\r\n\r\n" % container).encode())
+        data = b""
+        while True:
+            chunk = client.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        if b" 404 " in head.split(b"\r\n", 1)[0]:
+            return "gone"
+        state = json.loads(body)["State"]
+        return state["Running"], state["ExitCode"], state["OOMKilled"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    finally:
+        client.close()
+
+
+def comm(pid):
+    try:
+        with open("/proc/%d/comm" % pid, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return "python3"
+
+
+class Node:
+    def __init__(self, run):
+        self.run = run
+        self.base = read_base()
+        self.seen = {}  # rank entry -> {"pid", "container", "dead_since"}
+
+    def judge(self, path, name, entry, pid):
+        """A rank entry counts as held while locked; once its rank is gone, as pinned when its container ended by
+        SIGKILL (or vanished: docker rm -f), else it is freed. Returns the kind it counts as (None: freed)."""
+        known = self.seen.setdefault(name, {})
+        if pid is not None:
+            if pid and known.get("pid") != pid:
+                known.update(pid=pid, container=container_of(pid))
+            return "rank"
+        dead_since = known.setdefault("dead_since", time.time())
+        state = container_state(known["container"]) if known.get("container") else None
+        if state == "gone" or (state and not state[0] and (state[1] == 137 or state[2])):
+            pinned = dict(entry, kind="pinned", pinned_by="container %s ended by SIGKILL" % known["container"][:12])
+            with open(os.path.join(LEDGER, ".pinning"), "w", encoding="utf-8") as handle:
+                json.dump(pinned, handle)
+            os.rename(os.path.join(LEDGER, ".pinning"), os.path.join(LEDGER, "pinned-" + name[len("rank-"):]))
+            os.unlink(path)
+            self.seen.pop(name, None)
+            return "pinned"
+        if state and state[0] and time.time() - dead_since < DECIDE_AFTER:
+            return "rank"  # its container may still be ending
+        os.unlink(path)
+        self.seen.pop(name, None)
+        return None
+
+    def tick(self):
+        self.drop_caches()
+        totals, apps = {}, []
+        locks = read_locks()
+        names = sorted(os.listdir(LEDGER)) if os.path.isdir(LEDGER) else []
+        for name in names:
+            path = os.path.join(LEDGER, name)
+            if name.startswith("."):
+                continue
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    entry = json.load(handle)
+            except (OSError, ValueError):
+                continue
+            kind = entry.get("kind")
+            if kind == "rank":
+                pid = locked_by(path, locks)
+                kind = self.judge(path, name, entry, pid)
+                if kind == "rank" and pid:
+                    apps.append("%d, %s, %d" % (pid, comm(pid), entry["bytes"] // 1024 ** 2))
+            if kind:
+                totals[kind] = totals.get(kind, 0) + int(entry.get("bytes") or 0)
+        write_in_place(os.path.join(self.run, "meminfo"), render(self.base, totals))
+        write_in_place(os.path.join(self.run, "compute-apps"), "".join(a + "\n" for a in apps))
+
+    def drop_caches(self):
+        path = os.path.join(self.run, "drop_caches")
+        try:
+            with open(path, "r+", encoding="utf-8") as handle:
+                wanted = handle.read().strip()
+                if not wanted:
+                    return
+                handle.truncate(0)
+        except OSError:
+            return
+        if wanted in ("1", "3") and os.path.isdir(LEDGER):
+            for name in os.listdir(LEDGER):
+                if name.startswith("cache-"):
+                    os.unlink(os.path.join(LEDGER, name))
+
+
+def write_in_place(path, text):
+    """Rewrite ``path`` keeping its inode (a bind mount holds the inode, not the name)."""
+    data = text.encode()
+    with open(path, "ab") as handle:
+        pass
+    with open(path, "r+b") as handle:
+        if handle.read() == data:
+            return
+        handle.seek(0)
+        handle.write(data)
+        handle.truncate(len(data))
+
+
+def main(argv):
+    if argv[1:2] == ["--idle"]:
+        base = read_base(argv[3]) if len(argv) > 3 else read_base()
+        write_in_place(argv[2], render(base, {}))
+        return
+    node = Node(argv[1])
+    os.makedirs(LEDGER, mode=0o1777, exist_ok=True)
+    os.chmod(LEDGER, 0o1777)
+    while True:
+        try:
+            node.tick()
+        except Exception as exc:  # pylint: disable=broad-except  # a stand-in that stops would freeze the figures
+            print("gb10_memory: %s" % exc, file=sys.stderr, flush=True)
+        time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
