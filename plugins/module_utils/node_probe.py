@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import image_info as ii
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files as mf
@@ -159,6 +160,21 @@ def state(paths):
             with open(path, "rb") as handle:
                 digest.update(handle.read())
             found[path] = digest.hexdigest()
+        else:
+            found[path] = None
+    return found
+
+
+def devices(paths):
+    """The device nodes under each of ``paths`` (what ``--device PATH`` gives a container): {path: sorted names}, or
+    None for a path that is absent. An empty folder passes ``docker run --device`` and gives the container nothing."""
+    found = {}
+    for path in paths:
+        if os.path.isdir(path):
+            found[path] = sorted(name for name in os.listdir(path)
+                                 if stat.S_ISCHR(os.stat(os.path.join(path, name)).st_mode))
+        elif os.path.exists(path):
+            found[path] = [os.path.basename(path)]
         else:
             found[path] = None
     return found

@@ -117,6 +117,21 @@ def check_balance(order, nodes, settings, findings):
                        % ", ".join("%s %s" % (n, _gib(v)) for n, v in available.items()))
 
 
+def check_devices(order, nodes, paths, findings):
+    """Every node must hold the devices the container spec passes (--device): Docker passes an absent one with an error
+    only at create, and an empty folder without a word; NCCL then falls back to sockets on that node alone."""
+    probed = {n: (nodes[n].get("devices") or {}) for n in order if "devices" in nodes[n]}
+    for path in paths:
+        found = {n: d.get(path) for n, d in probed.items()}
+        having = sorted(n for n, names in found.items() if names)
+        for name in sorted(n for n, names in found.items() if not names):
+            findings.error(name, found[name], "%s: %s %s, so its container would get no RDMA device and NCCL would fall back to "
+                           "sockets on this node alone%s. Load the ConnectX driver and check the ports (rdma link, "
+                           "ibdev2netdev), or remove %s from spark_container_devices on every node, then run again"
+                           % (name, path, "is missing" if found[name] is None else "holds no device",
+                              " (%s hold %s)" % (", ".join(having), ", ".join(found[having[0]])) if having else "", path))
+
+
 def check_images(order, nodes, findings, image=None, build=False):
     """Every node must run the same image ID (fact 14), the head must hold it unless the image role builds it there;
     returns the nodes that lack it (the image role copies it from the head)."""
@@ -131,9 +146,27 @@ def check_images(order, nodes, findings, image=None, build=False):
     return [n for n in order if "docker" in nodes[n] and not nodes[n].get("image_id")]
 
 
+def env_drift(order, facts, nodes):
+    """A container of ours that would be kept (same config hash) but lacks a planned variable, or holds another value
+    (changed behind our back, or made by hand with our labels), is recreated: the re-run repairs it (fact 7). Returns
+    what was found, one line per variable, for the plan's text."""
+    found = []
+    for name in order:
+        envs = facts[name].get("container_env") or {}
+        for spec in nodes[name]["containers"]:
+            if nodes[name]["changes"][spec["name"]] not in ("none", "start") or spec["name"] not in envs:
+                continue
+            problems = parity.check({name: nodes[name]}, {name: [parity.parse_env_list(envs[spec["name"]])]})
+            problems = [p.split(". Recreate", 1)[0] for p in problems if p.startswith(name + ": ")]
+            if problems:
+                nodes[name]["changes"][spec["name"]] = "recreate"
+                found.extend("%s; %s is recreated" % (p, spec["name"]) for p in problems)
+    return found
+
+
 def check_kept_env(order, facts, nodes, findings):
-    """A container kept as it is (same config hash) must also hold the planned environment: one made by hand with
-    our labels, or changed behind our back, is refused before vLLM is launched into it (fact 7)."""
+    """Containers kept as they are must agree on the variables the plan does not set but that change kernels (from an
+    image, say): a value baked into one node's container wins silently, so it is refused before vLLM is launched."""
     planned, actual = {}, {}
     for name in order:
         envs = facts[name].get("container_env") or {}

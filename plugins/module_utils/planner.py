@@ -33,6 +33,11 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_inventory impo
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_memory import memory
 
 
+def device_paths(settings):
+    """The host side of each --device the containers get; each node's probe lists what is there."""
+    return [device.split(":")[0] for device in settings["devices"] or []]
+
+
 def probe_paths(paths):
     """The folders and files of a node's state the probe looks for (the plan writes what is missing or differs)."""
     return [f["path"] for f in paths["folders"]] + [paths["launcher"], paths["non_carry_over_file"]]
@@ -83,6 +88,7 @@ def make_plan(inputs, stage="full"):
                         "revision": commands.model_revision(inputs)},
               "image": {"name": settings["image"], "gpus": commands.gpus(settings)},
               "nodes": {n: {"is_head": n == head, "paths": paths[n], "probe_paths": probe_paths(paths[n]),
+                            "probe_devices": device_paths(settings),
                             "probe_ray": container_name(settings, "ray", n) if n == head and inputs.get("backend") == "ray" else None,
                             "container": container_name(settings, "ray" if inputs.get("backend") == "ray" else "vllm", n)}
                         for n in order}}
@@ -115,6 +121,7 @@ def make_plan(inputs, stage="full"):
         nodes_check.check_node(name, inputs["nodes"][name], settings, [c["name"] for c in result["nodes"][name]["containers"]],
                                result["nodes"][name]["ports"], findings)
     nodes_check.check_balance(order, inputs["nodes"], settings, findings)
+    nodes_check.check_devices(order, inputs["nodes"], device_paths(settings), findings)
     result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])
     result.update(cluster=cluster, deviations=profile.get("deviations") or [])
     return finish(result, findings)
@@ -207,6 +214,7 @@ def decide_changes(inputs, nodes, cluster, head):
         for spec in nodes[name]["containers"]:
             spec_change = "create" if probed[name] is None else nodes_check.container_change(spec, probed[name])
             nodes[name].setdefault("changes", {})[spec["name"]] = spec_change
+    cluster["env_drift"] = nodes_check.env_drift(order, inputs["nodes"], nodes)
     head_change = nodes.get(head, {}).get("changes", {}).get(container_name(inputs["settings"], "ray", head))
     joined = nodes_check.join_state(inputs["nodes"].get(head), cluster) if inputs["backend"] == "ray" else None
     for name in order if inputs["backend"] == "ray" and head_change not in (None, "none") else []:

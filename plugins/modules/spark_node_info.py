@@ -85,6 +85,13 @@ options:
     type: list
     elements: path
     default: []
+  devices:
+    description:
+      - Host paths the containers get with C(--device) (a Spark's C(/dev/infiniband)); RV(devices) lists the device nodes
+        under each. Docker passes an empty folder without a word, and NCCL then falls back to sockets on that node only.
+    type: list
+    elements: path
+    default: []
   docker:
     description: The Docker CLI.
     type: str
@@ -156,6 +163,12 @@ state:
   description: For each of O(paths), C(dir), the file's sha256, or null when absent.
   type: dict
   returned: always
+devices:
+  description: For each of O(devices), the names of the character devices there (a device path gives its own name), or
+    null when absent.
+  type: dict
+  returned: always
+  sample: {"/dev/infiniband": ["rdma_cm", "uverbs0", "uverbs1", "uverbs2", "uverbs3"]}
 """
 
 import os
@@ -186,6 +199,7 @@ def main():
             model=dict(type="str"),
             revision=dict(type="str"),
             paths=dict(type="list", elements="path", default=[]),
+            devices=dict(type="list", elements="path", default=[]),
             ray_container=dict(type="str"),
             docker=dict(type="str", default="docker"),
         ),
@@ -208,7 +222,7 @@ def main():
     result = dict(changed=False, memory=memory, roce=roce,
                   docker=node_probe.docker_info(runner, docker), image_id=None, image=None, docker_ps=[], container_env={},
                   listening=node_probe.lines(runner, ["ss", "-H", "-t", "-l", "-n"]), vllm=None, model_config=None, weights_bytes=None,
-                  state=node_probe.state(p["paths"]))
+                  state=node_probe.state(p["paths"]), devices=node_probe.devices(p["devices"]))
     if result["docker"] is not None:
         result["docker_ps"] = node_probe.lines(runner, [docker, "ps", "--all", "--no-trunc", "--format", "{{json .}}"])
         existing = set(result["docker_ps"])

@@ -81,3 +81,12 @@ def test_ray_fact_from_the_captured_driver_answer_and_from_a_stopped_container()
     gone = node_probe.ray(1, "", "Error response from daemon: No such container: dgx-spark-ray-sim-head", "dgx-spark-ray-sim-head")
     assert "container dgx-spark-ray-sim-head does not exist" in gone["error"]
     assert node_probe.ray_argv("c")[:3] == ["docker", "exec", "c"]
+
+
+def test_devices_lists_the_device_nodes_of_each_path(tmp_path):
+    folder = tmp_path / "infiniband"
+    folder.mkdir()
+    (folder / "not-a-device").write_text("")
+    empty = node_probe.devices([str(folder), str(tmp_path / "absent")])
+    assert empty == {str(folder): [], str(tmp_path / "absent"): None}
+    assert node_probe.devices(["/dev/null"]) == {"/dev/null": ["null"]}

@@ -131,3 +131,20 @@ def test_a_node_the_probe_did_not_read_is_named_and_nothing_is_guessed():
                                   "nothing was changed"]
     offline = Findings()
     assert plan_nodes.check_probed(["sim-head"], {"sim-head": {}}, normalize_settings({"offline": True}), offline) is False
+
+
+def test_a_node_whose_rdma_devices_are_missing_or_empty_is_refused_naming_what_the_others_hold():
+    held = ["rdma_cm", "uverbs0", "uverbs1"]
+    nodes = {"spark1": probed(devices={"/dev/infiniband": held}), "spark2": probed(devices={"/dev/infiniband": []}),
+             "spark3": probed(devices={"/dev/infiniband": None})}
+    findings = Findings()
+    plan_nodes.check_devices(["spark1", "spark2", "spark3"], nodes, ["/dev/infiniband"], findings)
+    assert [e["host"] for e in findings.errors] == ["spark2", "spark3"]
+    assert messages(findings)[0].startswith("spark2: /dev/infiniband holds no device, so its container would get no RDMA device "
+                                            "and NCCL would fall back to sockets on this node alone (spark1 hold rdma_cm, uverbs0, uverbs1)")
+    assert "spark3: /dev/infiniband is missing" in messages(findings)[1]
+    assert "remove /dev/infiniband from spark_container_devices on every node" in messages(findings)[1]
+    findings = Findings()
+    plan_nodes.check_devices(["spark1", "spark2"], {"spark1": nodes["spark1"], "spark2": probed(devices={"/dev/infiniband": held})},
+                             ["/dev/infiniband"], findings)
+    assert findings.errors == []

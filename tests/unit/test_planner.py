@@ -464,3 +464,31 @@ def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     assert again == {"folders": [], "files": [], "baseline": head["writes"]["baseline"]}  # vLLM still starts: a new baseline
     inputs["nodes"]["spark1"]["state"] = dict(found, **{head["paths"]["launcher"]: "0" * 64})
     assert [f["path"] for f in planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["files"]] == [head["paths"]["launcher"]]
+
+
+def test_a_kept_container_missing_a_planned_variable_is_recreated_and_named(tmp_path, m25):
+    """Fact 7 and the simulated trap: a worker's container with our labels and hash but without one planned variable
+    (changed behind our back) is recreated by the re-run, which names the variable; vLLM starts again."""
+    first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
+
+    def ps(name):
+        spec = first["nodes"][name]["containers"][0]
+        return json.dumps({"Names": spec["name"], "State": "running", "Labels": ",".join("%s=%s" % kv for kv in spec["labels"].items())})
+
+    def env(name, drop=None):
+        node = first["nodes"][name]
+        return ["%s=%s" % kv for kv in sorted(dict(node["env_common"], **node["env_node"]).items()) if kv[0] != drop]
+
+    inputs = spark_inputs(m25, tmp_path / "b")
+    inputs["nodes"]["spark1"].update(docker_ps=[ps("spark1")], container_env={"dgx-spark-ray-spark1": env("spark1")},
+                                     vllm={"running": True, "config_hash": first["nodes"]["spark1"]["serve"]["config_hash"]})
+    inputs["nodes"]["spark2"].update(docker_ps=[ps("spark2")], container_env={"dgx-spark-ray-spark2": env("spark2")})
+    assert planner.make_plan(copy.deepcopy(inputs))["cluster"]["changes"] == []
+    inputs["nodes"]["spark2"]["container_env"] = {"dgx-spark-ray-spark2": env("spark2", drop="NCCL_IB_GID_INDEX")}
+    drifted = planner.make_plan(inputs)
+    assert drifted["ok"], drifted["errors"]
+    assert drifted["cluster"]["changes"] == ["spark2: recreate dgx-spark-ray-spark2"]
+    assert drifted["nodes"]["spark1"]["serve"]["change"] == "start"
+    planned = first["nodes"]["spark2"]["env_node"]["NCCL_IB_GID_INDEX"]
+    assert ("Environment drift: spark2: NCCL_IB_GID_INDEX is missing in the container, planned %r (per-node value); "
+            "dgx-spark-ray-spark2 is recreated" % planned) in render.render(drifted)
