@@ -37,6 +37,23 @@ def every_container(client):
     return found
 
 
+def sim(log, traps=None, *extra):
+    """sim.yml on the faults' cluster: takes back every trap not named in ``traps`` and injects those."""
+    argv = ["ansible-playbook", "playbooks/sim.yml", "-e", json.dumps({"sim_traps": traps or {}})] + list(extra)
+    return run(log, argv, timeout=900)
+
+
+def node_shell(client, node, command):
+    result = client.containers.get(node).exec_run(["sh", "-c", command])
+    assert result.exit_code == 0, result.output
+    return result.output.decode()
+
+
+def available_gib(client, node):
+    line = [l for l in node_shell(client, node, "cat /proc/meminfo").splitlines() if l.startswith("MemAvailable:")][0]
+    return int(line.split()[1]) / 1024 ** 2
+
+
 def head():
     return node_docker("sim-head")
 
@@ -114,37 +131,69 @@ def test_killed_worker_is_named_by_status_and_restored_by_serve(client):
     assert "Healthy" in out
 
 
-def test_hand_made_worker_missing_a_kernel_variable_is_refused(client):
-    original = worker().containers.get(WORKER_RAY)
-    attrs = original.attrs
-    env = [e for e in attrs["Config"]["Env"] if not e.startswith("VLLM_CPU_KVCACHE_SPACE=")]
-    original.remove(force=True)
-    worker().containers.run(attrs["Config"]["Image"], attrs["Config"]["Cmd"], name=WORKER_RAY, environment=env,
-                            labels=attrs["Config"]["Labels"], network_mode=attrs["HostConfig"]["NetworkMode"],
-                            ipc_mode=attrs["HostConfig"]["IpcMode"], volumes=attrs["HostConfig"]["Binds"], init=True, detach=True)
-    rc, out = playbook("serve", log="faults-serve-parity")
+def test_a_serving_node_shows_its_rank_in_memory_and_in_nvidia_smi(client):
+    """The GB10 stand-in as the probes read it: each node's rank holds 0.3 x 119.67 GiB (the profile's utilization)."""
+    for node in ("sim-head", "sim-worker1"):
+        apps = node_shell(client, node, "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits")
+        assert [int(line.split(",")[2]) for line in apps.splitlines()] == [36762], apps  # ceil(0.3 x 119.67 GiB) in MiB
+        pid = apps.split(",")[0]
+        assert node_shell(client, node, "cat /proc/%s/comm" % pid).strip()  # the node sees its rank's process
+        assert 80 < available_gib(client, node) < 82  # 117.3 GiB idle, less the rank's pool
+
+
+def test_traps_on_a_serving_cluster_are_named_by_the_plan_then_taken_back(client):
+    """GID drift (the re-run recreates the drifted worker), a node that starts with less, a node without RDMA devices:
+    plan.yml names each with its host, value and fix, and changes nothing."""
+    sim("faults-sim-traps-serving", {"gid_drift": ["sim-worker1"], "unbalanced": {"sim-worker1": 20}, "no_infiniband": ["sim-head"]})
+    before = every_container(client)
+    rc, out = playbook("plan", log="faults-plan-traps")
     assert rc != 0
-    assert "Environment parity failed; vLLM is not launched" in out
-    assert "sim-worker1: VLLM_CPU_KVCACHE_SPACE is missing in the container, planned '1' (common value)" in out
-    worker().containers.get(WORKER_RAY).remove(force=True)
-    playbook("serve", log="faults-serve-after-parity", check=True)
+    assert "Changes: sim-worker1: recreate dgx-spark-ray-sim-worker1" in out  # its NCCL_IB_GID_INDEX moved 5 -> 3
+    assert "ERROR [sim-head]: sim-head: /dev/infiniband holds no device, so its container would get no RDMA device and NCCL " \
+           "would fall back to sockets on this node alone (sim-worker1 hold rdma_cm, uverbs0" in out
+    assert "ERROR [all]: free memory is unbalanced across nodes (sim-head 81." in out and ", sim-worker1 61." in out
+    assert every_container(client) == before
+    sim("faults-sim-traps-taken-back")
+    rc, out = playbook("plan", log="faults-plan-traps-taken-back", check=True)
+    assert "Changes: none, every container and vLLM run as planned" in out
+
+
+def test_a_hard_killed_worker_pins_its_memory_until_it_reboots(client):
+    sim("faults-sim-hard-kill", {"hard_kill": ["sim-worker1"]})
+    time.sleep(2)
+    rc, out = playbook("plan", log="faults-plan-pinned")
+    assert rc != 0
+    assert "ERROR [sim-worker1]: sim-worker1 holds 36.6 GiB that no process, GPU context or kernel structure explains: memory " \
+           "pinned by a container that was killed hard. Nothing but a reboot frees it; reboot sim-worker1 before launching" in out
+    sim("faults-sim-reboot-worker", None, "-e", "sim_reboot=sim-worker1")
+    assert 117 < available_gib(client, "sim-worker1") < 118
+    playbook("serve", log="faults-serve-after-reboot", check=True)
     assert chat() == 200
 
 
-def test_foreign_program_on_the_endpoint_port_is_refused(client):
+def test_a_worker_container_missing_a_variable_is_recreated_by_the_next_run(client):
+    sim("faults-sim-missing-env", {"missing_env": {"sim-worker1": "VLLM_CPU_KVCACHE_SPACE"}})
+    assert not any(e.startswith("VLLM_CPU_KVCACHE_SPACE=") for e in worker().containers.get(WORKER_RAY).attrs["Config"]["Env"])
+    rc, out = playbook("serve", log="faults-serve-env-drift", check=True)
+    assert ("Environment drift: sim-worker1: VLLM_CPU_KVCACHE_SPACE is missing in the container, planned '1' (common value); "
+            "dgx-spark-ray-sim-worker1 is recreated") in out
+    assert "VLLM_CPU_KVCACHE_SPACE=1" in worker().containers.get(WORKER_RAY).attrs["Config"]["Env"]
+    assert chat() == 200
+
+
+def test_foreign_programs_on_our_ports_are_refused_and_page_cache_is_dropped(client):
     playbook("teardown", log="faults-teardown-for-port", check=True)
-    node = client.containers.get("sim-head")
-    node.exec_run(["python3", "-m", "http.server", "8000", "--bind", "0.0.0.0"], detach=True)
-    time.sleep(1)
-    try:
-        rc, out = playbook("serve", log="faults-serve-port")
-        assert rc != 0
-        assert "sim-head: port(s) 8000 are held by a program this collection did not start" in out
-        assert our_containers() == []  # nothing half-started
-    finally:
-        node.exec_run(["pkill", "-f", "http.server 8000"])
-    playbook("serve", log="faults-serve-after-port", check=True)
+    sim("faults-sim-foreign", {"stale_ray": ["sim-head"], "foreign_port": {"sim-head": 8000}})
+    time.sleep(3)
+    rc, out = playbook("serve", log="faults-serve-port")
+    assert rc != 0
+    assert "sim-head: port(s) 6379, 8000 are held by a program this collection did not start" in out
+    assert our_containers() == []  # nothing half-started
+    sim("faults-sim-page-cache", {"page_cache": {"sim-worker1": 70}})
+    rc, out = playbook("serve", "-e", "vllm_gpu_memory_utilization=0.9", log="faults-serve-page-cache", check=True)
+    assert "sim-worker1: dropping page caches freed 8.0 GiB; vLLM now fits" in out
     assert chat() == 200
+    playbook("serve", log="faults-serve-after-page-cache", check=True)
 
 
 def test_head_killed_during_launch_fails_at_once_and_the_next_run_recovers(client):

@@ -30,6 +30,7 @@ Prints {"changed": bool, "pid": int|null}.
 
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -113,6 +114,7 @@ def rename_interfaces(container_pid, addresses):
 def make_devices(folder):
     """Stand-in RDMA device nodes (a Spark's uverbs and rdma_cm numbers) for --device /dev/infiniband; nothing opens
     them, since the simulated ranks talk over sockets."""
+    os.makedirs(folder, exist_ok=True)
     for name, major, minor in (("rdma_cm", 10, 58), ("uverbs0", 231, 192), ("uverbs1", 231, 193), ("uverbs2", 231, 194),
                                ("uverbs3", 231, 195)):
         path = os.path.join(folder, name)
@@ -132,11 +134,11 @@ def bind_drop_caches(p, container_pid):
 
 
 def start(p, node, container_pid, addresses):
+    shutil.rmtree(p["exec"], ignore_errors=True)  # a Spark's /run is a tmpfs: a node that starts again finds it empty
     for folder in (p["var"], p["dev"], os.path.dirname(p["sock"]), p["data"], p["exec"]):
         os.makedirs(folder, exist_ok=True)
     for mountpoint in (SPARK_STATE, "/dev/infiniband", "/run/containerd"):  # empty folders to mount on, this machine's
         os.makedirs(mountpoint, exist_ok=True)
-    make_devices(p["dev"])
     rename_interfaces(container_pid, addresses)
     with open(p["hosts"], "w", encoding="utf-8") as handle:  # as DGX OS writes it: the node's name on 127.0.1.1
         handle.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % node)
@@ -170,6 +172,7 @@ def main(argv):
         return
     container_pid = int(argv[4])
     addresses = {argv[5]: MGMT_IF, argv[6]: FABRIC_IF}
+    make_devices(p["dev"])
     pid = running_pid(p)
     if pid and same_netns(pid, container_pid) and answers(p["sock"]):
         print(json.dumps({"changed": False, "pid": pid}))

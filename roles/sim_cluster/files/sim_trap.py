@@ -1,0 +1,97 @@
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Inject the traps a Spark sets into a simulated node (sim.yml -e '{"sim_traps": {...}}'; docs/simulated-cluster.md).
+
+    sim_trap.py memory NODE_PID NAME BYTES   an entry of the node's GB10 memory ledger (gb10_memory.py): NAME
+                                             cache-* (page cache) or other-* (memory a process holds); BYTES 0 removes it
+    sim_trap.py hard-kill SOCK               SIGKILL every container of the collection on the node's daemon (docker
+                                             kill: a GB10 keeps their ranks' memory pinned until a reboot)
+    sim_trap.py missing-env SOCK VAR         make the node's Ray or vLLM container of the collection again, the same in
+                                             every way (labels and config hash too) but without VAR, as a hand-made fix
+
+Each prints {"changed": bool} and fails with a message naming the node's daemon and what is missing.
+"""
+
+import json
+import os
+import sys
+
+LEDGER = "dev/shm/dgx-spark-sim-gb10"
+MANAGED = {"label": "dgx_spark.vllm.managed=true"}
+
+
+def memory(node_pid, name, size):
+    folder = "/proc/%d/root/%s" % (node_pid, LEDGER)
+    path = os.path.join(folder, name)
+    if not name.startswith(("cache-", "other-")) or "/" in name:
+        sys.exit("a trap's memory entry is cache-* or other-*, got %r" % name)
+    if size <= 0:
+        if os.path.exists(path):
+            os.unlink(path)
+            return True
+        return False
+    entry = json.dumps({"kind": name.split("-", 1)[0], "bytes": size, "injected": True})
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == entry:
+                return False
+    except OSError:
+        pass
+    os.makedirs(folder, mode=0o1777, exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write(entry)
+    os.rename(path + ".tmp", path)
+    return True
+
+
+def client(sock):
+    import docker  # pylint: disable=import-outside-toplevel  # only these two traps need the SDK
+    return docker.DockerClient(base_url="unix://" + sock)
+
+
+def hard_kill(sock):
+    running = client(sock).containers.list(filters=MANAGED)
+    if not running:
+        sys.exit("no container of the collection runs on the daemon at %s; serve first, then inject hard_kill" % sock)
+    for container in running:
+        container.kill()  # SIGKILL
+    return True
+
+
+def missing_env(sock, variable):
+    docker = client(sock)
+    ours = [c for c in docker.containers.list(all=True, filters=MANAGED)
+            if c.labels.get("dgx_spark.vllm.role") in ("ray", "vllm")] or docker.containers.list(all=True, filters=MANAGED)
+    if not ours:
+        sys.exit("no container of the collection is on the daemon at %s; serve first, then inject missing_env" % sock)
+    original = ours[0]
+    config, host = original.attrs["Config"], original.attrs["HostConfig"]
+    env = [e for e in config.get("Env") or [] if not e.startswith(variable + "=")]
+    if env == (config.get("Env") or []):
+        return False  # already without it
+    was_running = original.status == "running"
+    original.remove(force=True)
+    api = docker.api
+    made = api.create_container(config["Image"], command=config.get("Cmd"), entrypoint=config.get("Entrypoint"),
+                                environment=env, labels=config.get("Labels"), name=original.name,
+                                host_config=host, working_dir=config.get("WorkingDir"), user=config.get("User") or None)
+    if was_running:
+        api.start(made["Id"])
+    return True
+
+
+def main(argv):
+    action = argv[1]
+    if action == "memory":
+        changed = memory(int(argv[2]), argv[3], int(argv[4]))
+    elif action == "hard-kill":
+        changed = hard_kill(argv[2])
+    elif action == "missing-env":
+        changed = missing_env(argv[2], argv[3])
+    else:
+        sys.exit("unknown trap action %r" % action)
+    print(json.dumps({"changed": changed}))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
