@@ -120,17 +120,6 @@ def test_changed_profile_restarts_only_what_its_hash_touches(client):
     playbook("serve", log="faults-serve-profile-back", check=True)
 
 
-def test_killed_worker_is_named_by_status_and_restored_by_serve(client):
-    worker().containers.get(WORKER_RAY).kill()
-    rc, out = playbook("status", log="faults-status-broken")
-    assert rc != 0
-    assert "sim-worker1 (10.210.0.11): dgx-spark-ray-sim-worker1 exited" in out and "NOT OK" in out
-    rc, out = playbook("serve", log="faults-serve-restore", check=True)
-    assert chat() == 200
-    rc, out = playbook("status", log="faults-status-healthy", check=True)
-    assert "Healthy" in out
-
-
 def test_a_serving_node_shows_its_rank_in_memory_and_in_nvidia_smi(client):
     """The GB10 stand-in as the probes read it: each node's rank holds 0.3 x 119.67 GiB (the profile's utilization)."""
     for node in ("sim-head", "sim-worker1"):
@@ -158,17 +147,24 @@ def test_traps_on_a_serving_cluster_are_named_by_the_plan_then_taken_back(client
     assert "Changes: none, every container and vLLM run as planned" in out
 
 
-def test_a_hard_killed_worker_pins_its_memory_until_it_reboots(client):
+def test_a_hard_killed_worker_is_named_by_status_and_pins_its_memory_until_it_reboots(client):
+    """docker kill of the worker's container: status names it; on a GB10 its rank's memory stays pinned, so the re-run
+    refuses to launch into it and names the reboot; after the power cycle serve.yml restores the cluster."""
     sim("faults-sim-hard-kill", {"hard_kill": ["sim-worker1"]})
-    time.sleep(2)
-    rc, out = playbook("plan", log="faults-plan-pinned")
+    rc, out = playbook("status", log="faults-status-broken")
+    assert rc != 0
+    assert "sim-worker1 (10.210.0.11): dgx-spark-ray-sim-worker1 exited" in out and "NOT OK" in out
+    rc, out = playbook("serve", log="faults-serve-pinned")
     assert rc != 0
     assert "ERROR [sim-worker1]: sim-worker1 holds 36.6 GiB that no process, GPU context or kernel structure explains: memory " \
            "pinned by a container that was killed hard. Nothing but a reboot frees it; reboot sim-worker1 before launching" in out
+    assert worker().containers.get(WORKER_RAY).status == "exited"  # refused before any change
     sim("faults-sim-reboot-worker", None, "-e", "sim_reboot=sim-worker1")
     assert 117 < available_gib(client, "sim-worker1") < 118
-    playbook("serve", log="faults-serve-after-reboot", check=True)
+    playbook("serve", log="faults-serve-restore", check=True)
     assert chat() == 200
+    rc, out = playbook("status", log="faults-status-healthy", check=True)
+    assert "Healthy" in out
 
 
 def test_a_worker_container_missing_a_variable_is_recreated_by_the_next_run(client):
@@ -206,19 +202,20 @@ def test_head_killed_during_launch_fails_at_once_and_the_next_run_recovers(clien
     runner = threading.Thread(target=serve)
     started = time.monotonic()
     runner.start()
-    for dummy in range(300):
-        try:
-            if head().containers.get(HEAD_RAY).exec_run(["test", "-f", "/dgx-spark/run/vllm.json"]).exit_code == 0:
-                break
-        except docker.errors.APIError:  # not made yet, or made and not yet running
-            pass
+    smi = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits"
+    for dummy in range(600):  # the head's rank has claimed its pool: vLLM is loading
+        if client.containers.get("sim-head").exec_run(["sh", "-c", smi]).output.strip():
+            break
         time.sleep(0.5)
     head().containers.get(HEAD_RAY).kill()
     runner.join()
     assert result["rc"] != 0
     assert "vLLM exited while loading on sim-head" in result["out"]
     assert time.monotonic() - started < 300
-    playbook("serve", log="faults-serve-after-kill", check=True)
+    rc, out = playbook("serve", log="faults-serve-after-kill")
+    assert rc != 0 and "reboot sim-head before launching" in out  # the head's rank was killed hard: pinned
+    sim("faults-sim-reboot-head", None, "-e", "sim_reboot=sim-head")
+    playbook("serve", log="faults-serve-after-head-reboot", check=True)
     assert chat() == 200
 
 
