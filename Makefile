@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/pytest
 
-.PHONY: setup sim sim-down test fast unit lint sanity build molecule bench clean
+.PHONY: setup sim sim-down test fast unit lint sanity build molecule bench reliability clean
 
 setup:
 	@bash scripts/setup.sh
@@ -45,6 +45,10 @@ molecule: setup
 
 bench: setup
 	@bash scripts/bench.sh $(BENCH)
+
+# docs/reliability.md from the rows the last test run recorded (tests/output/reliability.jsonl)
+reliability:
+	$(VENV)/bin/python scripts/reliability_table.py
 
 clean:
 	rm -rf build tests/output .pytest_cache dgx_spark-vllm-*.tar.gz

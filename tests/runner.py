@@ -1,5 +1,6 @@
 """Run a command for a test, keep its output under tests/output/logs, and fail with the tail of it."""
 
+import json
 import os
 import subprocess
 
@@ -52,3 +53,15 @@ def node_docker(node, root=SIM_ROOT):
     import docker
 
     return docker.DockerClient(base_url="unix://%s/nodes/%s/run/docker/docker.sock" % (root, node))
+
+
+RELIABILITY = os.path.join(ROOT, "tests", "output", "reliability.jsonl")
+
+
+def record(kind, name, does, seconds=None):
+    """One row of docs/reliability.md (scripts/reliability_table.py writes it from these rows): a fault or trap the
+    test injected (``kind``), what the collection did about it, and the time from injection to a served completion."""
+    os.makedirs(os.path.dirname(RELIABILITY), exist_ok=True)
+    with open(RELIABILITY, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"kind": kind, "name": name, "does": does,
+                                 "seconds": None if seconds is None else round(seconds, 1)}) + "\n")

@@ -10,7 +10,7 @@ import urllib.request
 import docker
 import pytest
 
-from runner import ROOT, node_docker, recap, run
+from runner import ROOT, node_docker, recap, record, run
 
 pytestmark = pytest.mark.slow
 
@@ -142,6 +142,12 @@ def test_traps_on_a_serving_cluster_are_named_by_the_plan_then_taken_back(client
            "would fall back to sockets on this node alone (sim-worker1 hold rdma_cm, uverbs0" in out
     assert "ERROR [all]: free memory is unbalanced across nodes (sim-head 81." in out and ", sim-worker1 61." in out
     assert every_container(client) == before
+    record("trap", "GID index drift on one node (3 -> 5 after an interface event)",
+           "the plan recreates that node's container with its new NCCL_IB_GID_INDEX, and restarts vLLM")
+    record("trap", "a node without RDMA devices (/dev/infiniband empty)",
+           "refused before any change, naming the node, the path and what the other nodes hold")
+    record("trap", "unbalanced free memory (one node starts with 20 GiB less)",
+           "refused before any change, naming each node's free memory and the tolerance to raise")
     sim("faults-sim-traps-taken-back")
     rc, out = playbook("plan", log="faults-plan-traps-taken-back", check=True)
     assert "Changes: none, every container and vLLM run as planned" in out
@@ -150,6 +156,7 @@ def test_traps_on_a_serving_cluster_are_named_by_the_plan_then_taken_back(client
 def test_a_hard_killed_worker_is_named_by_status_and_pins_its_memory_until_it_reboots(client):
     """docker kill of the worker's container: status names it; on a GB10 its rank's memory stays pinned, so the re-run
     refuses to launch into it and names the reboot; after the power cycle serve.yml restores the cluster."""
+    started = time.monotonic()
     sim("faults-sim-hard-kill", {"hard_kill": ["sim-worker1"]})
     rc, out = playbook("status", log="faults-status-broken")
     assert rc != 0
@@ -163,11 +170,15 @@ def test_a_hard_killed_worker_is_named_by_status_and_pins_its_memory_until_it_re
     assert 117 < available_gib(client, "sim-worker1") < 118
     playbook("serve", log="faults-serve-restore", check=True)
     assert chat() == 200
+    record("fault", "worker container killed hard (docker kill) while serving",
+           "status names it; serve refuses to launch into the pinned memory and names the reboot; after the power cycle "
+           "(sim.yml -e sim_reboot=sim-worker1) serve restores it", time.monotonic() - started)
     rc, out = playbook("status", log="faults-status-healthy", check=True)
     assert "Healthy" in out
 
 
 def test_a_worker_container_missing_a_variable_is_recreated_by_the_next_run(client):
+    started = time.monotonic()
     sim("faults-sim-missing-env", {"missing_env": {"sim-worker1": "VLLM_CPU_KVCACHE_SPACE"}})
     assert not any(e.startswith("VLLM_CPU_KVCACHE_SPACE=") for e in worker().containers.get(WORKER_RAY).attrs["Config"]["Env"])
     rc, out = playbook("serve", log="faults-serve-env-drift", check=True)
@@ -175,6 +186,8 @@ def test_a_worker_container_missing_a_variable_is_recreated_by_the_next_run(clie
             "dgx-spark-ray-sim-worker1 is recreated") in out
     assert "VLLM_CPU_KVCACHE_SPACE=1" in worker().containers.get(WORKER_RAY).attrs["Config"]["Env"]
     assert chat() == 200
+    record("trap", "a variable missing in one worker's container (made again by hand, our labels kept)",
+           "the re-run names the drift and recreates that container; vLLM restarts", time.monotonic() - started)
 
 
 def test_foreign_programs_on_our_ports_are_refused_and_page_cache_is_dropped(client):
@@ -185,10 +198,15 @@ def test_foreign_programs_on_our_ports_are_refused_and_page_cache_is_dropped(cli
     assert rc != 0
     assert "sim-head: port(s) 6379, 8000 are held by a program this collection did not start" in out
     assert our_containers() == []  # nothing half-started
+    for name in ("a stale Ray session of a foreign process on 6379", "the endpoint port taken by a foreign program"):
+        record("trap", name, "refused before any change, naming the node and the ports; nothing is started")
+    started = time.monotonic()
     sim("faults-sim-page-cache", {"page_cache": {"sim-worker1": 70}})
     rc, out = playbook("serve", "-e", "vllm_gpu_memory_utilization=0.9", log="faults-serve-page-cache", check=True)
     assert "sim-worker1: dropping page caches freed 8.0 GiB; vLLM now fits" in out
     assert chat() == 200
+    record("trap", "a page cache left by an earlier load (70 GiB, utilization 0.9)",
+           "preflight drops the caches on that node only, reports what it freed, and serves", time.monotonic() - started)
     playbook("serve", log="faults-serve-after-page-cache", check=True)
 
 
@@ -208,6 +226,7 @@ def test_head_killed_during_launch_fails_at_once_and_the_next_run_recovers(clien
             break
         time.sleep(0.5)
     head().containers.get(HEAD_RAY).kill()
+    killed = time.monotonic()
     runner.join()
     assert result["rc"] != 0
     assert "vLLM exited while loading on sim-head" in result["out"]
@@ -217,9 +236,13 @@ def test_head_killed_during_launch_fails_at_once_and_the_next_run_recovers(clien
     sim("faults-sim-reboot-head", None, "-e", "sim_reboot=sim-head")
     playbook("serve", log="faults-serve-after-head-reboot", check=True)
     assert chat() == 200
+    record("fault", "head container killed hard while vLLM loads",
+           "serve fails at once naming vLLM's exit; the re-run refuses the pinned memory and names the reboot; after the "
+           "power cycle serve recovers", time.monotonic() - killed)
 
 
 def test_unreachable_worker_stops_the_run_and_sim_then_serve_recover(client):
+    started = time.monotonic()
     client.containers.get("sim-worker1").stop()
     rc, out = playbook("serve", log="faults-serve-unreachable")
     assert rc != 0
@@ -229,6 +252,9 @@ def test_unreachable_worker_stops_the_run_and_sim_then_serve_recover(client):
     run("faults-sim-restart-node", ["ansible-playbook", "playbooks/sim.yml"], timeout=600)
     playbook("serve", log="faults-serve-after-unreachable", check=True)
     assert chat() == 200
+    record("fault", "a worker node down (unreachable over SSH)",
+           "serve stops before any change, naming the node; once it is back (sim.yml), serve restores the cluster",
+           time.monotonic() - started)
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -245,3 +271,4 @@ def test_bad_input_is_refused_before_any_change(client, extra, message):
     assert rc != 0
     assert message in out
     assert every_container(client) == before
+    record("bad input", " ".join(extra[1:]), "refused before any change: " + message)
