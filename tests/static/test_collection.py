@@ -58,3 +58,16 @@ def test_build_install_and_render_docs(tmp_path):
         assert doc["options"] is not None and doc["short_description"]
         rc, out = run("doc-text-" + module, ["ansible-doc", "dgx_spark.vllm." + module], cwd=str(tmp_path), env=env)
         assert "RETURN VALUES" in out
+
+
+def test_every_trap_of_the_simulation_is_documented_and_tested():
+    """sim_cluster's traps (defaults) are each described in docs/simulated-cluster.md and injected by a test."""
+    with open(os.path.join(ROOT, "roles", "sim_cluster", "defaults", "main.yml"), encoding="utf-8") as handle:
+        traps = yaml.safe_load(handle)["sim_cluster_trap_names"]
+    with open(os.path.join(ROOT, "docs", "simulated-cluster.md"), encoding="utf-8") as handle:
+        doc = handle.read()
+    with open(os.path.join(ROOT, "tests", "integration", "test_faults.py"), encoding="utf-8") as handle:
+        tests = handle.read()
+    assert len(traps) >= 8
+    assert [t for t in traps if "| `%s:" % t not in doc] == []
+    assert [t for t in traps if '"%s"' % t not in tests] == []

@@ -71,25 +71,26 @@ def locked_by(path, locks):
     except OSError:
         return None
     try:
-        inode = os.fstat(fd).st_ino
+        found = os.fstat(fd)
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     except BlockingIOError:
-        return locks.get(inode, 0)
+        return locks.get((os.major(found.st_dev), os.minor(found.st_dev), found.st_ino), 0)
     finally:
         os.close(fd)
 
 
 def read_locks():
-    """{inode: pid} of /proc/locks' FLOCK lines (the pids as this node sees them)."""
+    """{(major, minor, inode): pid} of /proc/locks' FLOCK lines (the pids as this node sees them)."""
     held = {}
     try:
         with open("/proc/locks", encoding="utf-8") as handle:
             for line in handle:
                 fields = line.split()
                 if len(fields) >= 6 and fields[1] == "FLOCK":
-                    held[int(fields[5].rsplit(":", 1)[1])] = int(fields[4])
+                    major, minor, inode = fields[5].split(":")
+                    held[(int(major, 16), int(minor, 16), int(inode))] = int(fields[4])
     except (OSError, ValueError, IndexError):
         pass
     return held
