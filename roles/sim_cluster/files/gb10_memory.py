@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A simulated node's GB10 unified memory: the /proc/meminfo and nvidia-smi's compute apps that a Spark would show.

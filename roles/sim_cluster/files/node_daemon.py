@@ -126,10 +126,10 @@ def bind_drop_caches(p, container_pid):
     """Bind the node's /proc/sys/vm/drop_caches (read-only in a container) to the file its memory stand-in reads."""
     with open(p["drop_caches"], "a", encoding="utf-8"):
         pass
-    mounts = subprocess.run(["nsenter", "--mount=/proc/%d/ns/mnt" % container_pid, "cat", "/proc/self/mountinfo"],
-                            capture_output=True, text=True, check=True).stdout
+    with open("/proc/%d/mountinfo" % container_pid, encoding="utf-8") as handle:
+        mounts = handle.read()
     if " /proc/sys/vm/drop_caches " not in mounts:
-        subprocess.run(["nsenter", "--mount=/proc/%d/ns/mnt" % container_pid, "mount", "--bind",
+        subprocess.run(["nsenter", "--target", str(container_pid), "--mount", "--pid", "--", "mount", "--bind",
                         "/run/dgx-spark-sim/drop_caches", "/proc/sys/vm/drop_caches"], check=True)
 
 
