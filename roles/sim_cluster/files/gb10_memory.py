@@ -170,6 +170,9 @@ class Node:
         return None
 
     def tick(self):
+        if not os.path.isdir(LEDGER):
+            os.makedirs(LEDGER, exist_ok=True)
+            os.chmod(LEDGER, 0o1777)
         self.drop_caches()
         totals, apps = {}, []
         locks = read_locks()
@@ -229,8 +232,6 @@ def main(argv):
         write_in_place(argv[2], render(base, {}))
         return
     node = Node(argv[1])
-    os.makedirs(LEDGER, mode=0o1777, exist_ok=True)
-    os.chmod(LEDGER, 0o1777)
     while True:
         try:
             node.tick()

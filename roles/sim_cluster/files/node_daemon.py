@@ -10,7 +10,8 @@ own with a /proc of the node's PID namespace, where the node's folders sit at a 
     <root>/nodes/<node>/var             -> /var/lib/dgx-spark-vllm   (state and models, as the node sees them too)
     <root>/nodes/<node>/dev/infiniband  -> /dev/infiniband           (stand-in device nodes, for --device)
     <root>/nodes/<node>/run/hosts       -> /etc/hosts                (the node's, as DGX OS writes it)
-    the node's /dev/shm                 -> /dev/shm                  (shared by --ipc host, as on a Spark)
+    <root>/nodes/<node>/shm             -> /dev/shm                  (the node's own tmpfs, the node's /dev/shm too:
+                                                                     shared by --ipc host, as on a Spark)
     tmpfs                               -> /run/containerd           (so dockerd starts a containerd of its own)
 
 A container it starts with --network host --ipc host sees exactly the node's interfaces, addresses, name and shared
@@ -47,7 +48,7 @@ def paths(root, node):
     return {"base": base, "var": os.path.join(base, "var"), "dev": os.path.join(base, "dev", "infiniband"),
             "run": os.path.join(base, "run"), "sock": os.path.join(base, "run", "docker", "docker.sock"),
             "pidfile": os.path.join(base, "run", "dockerd.pid"), "hosts": os.path.join(base, "run", "hosts"), "log": os.path.join(base, "run", "dockerd.log"),
-            "drop_caches": os.path.join(base, "run", "drop_caches"),
+            "drop_caches": os.path.join(base, "run", "drop_caches"), "shm": os.path.join(base, "shm"),
             "data": os.path.join(root, "stores", node), "exec": "/run/dgx-spark-sim/%s" % node, "bin": os.path.join(root, "bin")}
 
 
@@ -149,7 +150,7 @@ def start(p, node, container_pid, addresses):
     argv = ["nsenter", "--net=/proc/%d/ns/net" % container_pid, "--uts=/proc/%d/ns/uts" % container_pid,
             "--ipc=/proc/%d/ns/ipc" % container_pid, "--pid=/proc/%d/ns/pid" % container_pid, "--",
             "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", p["var"], p["dev"], p["hosts"],
-            "/proc/%d/root/dev/shm" % container_pid,
+            p["shm"],
             "dockerd", "--data-root", p["data"], "--exec-root", p["exec"], "--pidfile", p["pidfile"],
             "--host", "unix://" + p["sock"], "--add-runtime", "nvidia=runc", "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"]
     env = dict(os.environ, PATH=p["bin"] + os.pathsep + os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"))

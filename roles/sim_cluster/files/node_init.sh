@@ -1,12 +1,13 @@
 #!/bin/sh
 # A simulated node's boot (installed by dgx_spark.vllm's sim_cluster role): its Docker CLI talks to the node's own
 # daemon (node_daemon.py starts it beside the node on the machine, its socket folder mounted here), the controller's
-# key is authorized for root, the nodes share a key and know each other's host keys (made by the role, kept across
+# key is authorized for root, its /dev/shm starts empty, the nodes share a key and know each other's host keys (made by the role, kept across
 # restarts of the node), its GB10 memory stand-in runs (writing what the node's /proc/meminfo and nvidia-smi show),
 # then sshd serves in the foreground.
 set -eu
 sim=/run/dgx-spark-sim
 ln -sf "$sim/docker/docker.sock" /var/run/docker.sock
+find /dev/shm -mindepth 1 -delete  # a boot: the node's tmpfs starts empty (nothing held, nothing pinned, no page cache)
 install -d -m 0700 /root/.ssh
 for name in authorized_keys id_ed25519 known_hosts; do ln -sf "$sim/$name" "/root/.ssh/$name"; done
 /usr/local/sbin/sim-gb10-memory "$sim" >> "$sim/gb10_memory.log" 2>&1 &
