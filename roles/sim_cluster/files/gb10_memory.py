@@ -9,8 +9,9 @@ from a captured idle GB10 (gb10_idle_meminfo.txt, 128 GB) and the entries of the
 
 - ``rank-*``: a running vLLM rank (dgx_spark_sim_gb10.hold) holds utilization x 119.67 GiB while it keeps the entry
   locked. Its memory is used and listed by nvidia-smi, as on a GB10 (invisible to RSS).
-  When the rank is gone: if its container ended by SIGKILL (exit 137: docker kill, a stop that timed out, the OOM
-  killer), the memory stays pinned (``pinned``), as a GB10 keeps it until a reboot (fact 3); otherwise it is freed.
+  When the rank is gone: if its container ended by SIGKILL or the OOM killer (the daemon's "die" event with exit
+  code 137, or "oom": docker kill, docker rm -f, a stop that timed out), the memory stays pinned (``pinned``), as a
+  GB10 keeps it until a reboot (fact 3); otherwise it is freed.
 - ``pinned-*``: pinned memory. Used, listed nowhere, so the probe reports it unaccounted.
 - ``cache-*``: page cache (weights read). Counted in Cached; MemAvailable loses min(cache / 2, 8 GiB) of it, about
   what a captured GB10 showed with 66 GB of weights cached. ``echo 3 > /proc/sys/vm/drop_caches`` on the node (bound
@@ -29,7 +30,9 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
+import urllib.parse
 
 LEDGER = "/dev/shm/dgx-spark-sim-gb10"
 BASE = os.environ.get("GB10_IDLE_MEMINFO", "/usr/local/share/dgx-spark-sim/gb10_idle_meminfo.txt")
@@ -106,29 +109,56 @@ def container_of(pid):
         return None
 
 
-def container_state(container, sock="/var/run/docker.sock"):
-    """(running, exit_code, oom_killed) of a container of the node's daemon; "gone" when the daemon no longer knows
-    it, None when it cannot be read."""
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        client.settimeout(2)
-        client.connect(sock)
-        client.sendall(("GET /containers/%s/json HTTP/1.0\r\n\r\n" % container).encode())
-        data = b""
+class Deaths(threading.Thread):
+    """How the node's containers ended, from its Docker daemon's events ("die" carries the exit code, "oom" the OOM
+    killer). Read as they happen, since teardown removes a container right after it stops."""
+
+    def __init__(self, sock="/var/run/docker.sock"):
+        super().__init__(daemon=True)
+        self.sock, self.codes, self.oom = sock, {}, set()
+
+    def run(self):
+        query = urllib.parse.quote(json.dumps({"type": ["container"], "event": ["die", "oom"]}))
         while True:
-            chunk = client.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        if b" 404 " in head.split(b"\r\n", 1)[0]:
-            return "gone"
-        state = json.loads(body)["State"]
-        return state["Running"], state["ExitCode"], state["OOMKilled"]
-    except (OSError, ValueError, KeyError, IndexError):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                client.connect(self.sock)
+                client.sendall(("GET /events?filters=%s HTTP/1.1\r\nHost: docker\r\n\r\n" % query).encode())
+                buffer = b""
+                while True:
+                    chunk = client.recv(65536)
+                    if not chunk:
+                        break
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        self.note(line.strip())
+            except OSError:
+                pass
+            finally:
+                client.close()
+            time.sleep(1)  # the daemon is not up yet, or restarted
+
+    def note(self, line):
+        if not line.startswith(b"{"):
+            return  # HTTP headers and chunk sizes
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        actor = event.get("Actor") or {}
+        if event.get("Action") == "oom":
+            self.oom.add(actor.get("ID"))
+        elif event.get("Action") == "die":
+            self.codes[actor.get("ID")] = int((actor.get("Attributes") or {}).get("exitCode") or 0)
+
+    def killed_hard(self, container):
+        """True: ended by SIGKILL or the OOM killer; False: ended otherwise; None: not seen ending (yet)."""
+        if container in self.oom:
+            return True
+        if container in self.codes:
+            return self.codes[container] == 137
         return None
-    finally:
-        client.close()
 
 
 def comm(pid):
@@ -144,30 +174,30 @@ class Node:
         self.run = run
         self.base = read_base()
         self.seen = {}  # rank entry -> {"pid", "container", "dead_since"}
+        self.deaths = Deaths()
+        self.deaths.start()
 
     def judge(self, path, name, entry, pid):
         """A rank entry counts as held while locked; once its rank is gone, as pinned when its container ended by
-        SIGKILL (or vanished: docker rm -f), else it is freed. Returns the kind it counts as (None: freed)."""
+        SIGKILL or the OOM killer (docker kill, docker rm -f, a stop that timed out), else it is freed. Returns the
+        kind it counts as (None: freed)."""
         known = self.seen.setdefault(name, {})
         if pid is not None:
             if pid and known.get("pid") != pid:
                 known.update(pid=pid, container=container_of(pid))
             return "rank"
         dead_since = known.setdefault("dead_since", time.time())
-        state = container_state(known["container"]) if known.get("container") else None
-        if state == "gone" or (state and not state[0] and (state[1] == 137 or state[2])):
+        hard = self.deaths.killed_hard(known["container"]) if known.get("container") else False
+        if hard:
             pinned = dict(entry, kind="pinned", pinned_by="container %s ended by SIGKILL" % known["container"][:12])
             with open(os.path.join(LEDGER, ".pinning"), "w", encoding="utf-8") as handle:
                 json.dump(pinned, handle)
             os.rename(os.path.join(LEDGER, ".pinning"), os.path.join(LEDGER, "pinned-" + name[len("rank-"):]))
-            os.unlink(path)
-            self.seen.pop(name, None)
-            return "pinned"
-        if state and state[0] and time.time() - dead_since < DECIDE_AFTER:
-            return "rank"  # its container may still be ending
+        elif hard is None and time.time() - dead_since < DECIDE_AFTER:
+            return "rank"  # its container may be ending
         os.unlink(path)
         self.seen.pop(name, None)
-        return None
+        return "pinned" if hard else None
 
     def tick(self):
         if not os.path.isdir(LEDGER):

@@ -136,6 +136,8 @@ def bind_drop_caches(p, container_pid):
 
 def start(p, node, container_pid, addresses):
     shutil.rmtree(p["exec"], ignore_errors=True)  # a Spark's /run is a tmpfs: a node that starts again finds it empty
+    if os.path.exists(p["pidfile"]):  # its pid is in the node's PID namespace, where another process may hold it now
+        os.unlink(p["pidfile"])
     for folder in (p["var"], p["dev"], os.path.dirname(p["sock"]), p["data"], p["exec"]):
         os.makedirs(folder, exist_ok=True)
     for mountpoint in (SPARK_STATE, "/dev/infiniband", "/run/containerd"):  # empty folders to mount on, this machine's
