@@ -469,8 +469,8 @@ def main(argv):
     if "--runs" in argv:
         RUNS = int(argv[argv.index("--runs") + 1])
         argv = argv[:argv.index("--runs")] + argv[argv.index("--runs") + 2:]
-    wanted = [a for a in argv if not a.startswith("--")] or ["probes", "planner", "sim", "orchestration", "plan8", "model",
-                                                              "distribution"]
+    everything = ["probes", "planner", "sim", "orchestration", "plan8", "model", "distribution"]
+    wanted = [a for a in argv if not a.startswith("--")] or everything
     if "sim" in wanted:
         bench_sim("--cold" in argv)
     if "probes" in wanted:

@@ -46,8 +46,8 @@ def hold(vllm_config):
     try:
         utilization = float(vllm_config.cache_config.gpu_memory_utilization)
         model = str(vllm_config.model_config.model)
-        _write("rank-%s" % uuid.uuid4().hex, {"kind": "rank", "bytes": int(math.ceil(GB10_CUDA_TOTAL_BYTES * utilization)),
-                                               "utilization": utilization, "model": model}, lock=True)
+        pool = int(math.ceil(GB10_CUDA_TOTAL_BYTES * utilization))
+        _write("rank-%s" % uuid.uuid4().hex, {"kind": "rank", "bytes": pool, "utilization": utilization, "model": model}, lock=True)
         cached = weights_bytes(model)
         if cached:
             _write("cache-%s" % uuid.uuid5(uuid.NAMESPACE_URL, model).hex, {"kind": "cache", "bytes": cached, "model": model})

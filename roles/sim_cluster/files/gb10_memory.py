@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A simulated node's GB10 unified memory: the /proc/meminfo and nvidia-smi's compute apps that a Spark would show.
@@ -46,7 +45,7 @@ def read_base(path=BASE):
     fields = []
     with open(path, encoding="utf-8") as handle:
         for line in handle:
-            name, _, rest = line.partition(":")
+            name, dummy, rest = line.partition(":")
             if rest.strip():
                 fields.append((name, int(rest.split()[0])))
     return fields
@@ -74,8 +73,8 @@ def locked_by(path, locks):
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    found = os.fstat(fd)
     try:
-        found = os.fstat(fd)
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None

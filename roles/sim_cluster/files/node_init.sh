@@ -10,5 +10,5 @@ ln -sf "$sim/docker/docker.sock" /var/run/docker.sock
 find /dev/shm -mindepth 1 -delete  # a boot: the node's tmpfs starts empty (nothing held, nothing pinned, no page cache)
 install -d -m 0700 /root/.ssh
 for name in authorized_keys id_ed25519 known_hosts; do ln -sf "$sim/$name" "/root/.ssh/$name"; done
-/usr/local/sbin/sim-gb10-memory "$sim" >> "$sim/gb10_memory.log" 2>&1 &
+python3 /usr/local/sbin/sim-gb10-memory "$sim" >> "$sim/gb10_memory.log" 2>&1 &
 exec /usr/sbin/sshd -D -e -h "$sim/ssh_host_ed25519_key"
