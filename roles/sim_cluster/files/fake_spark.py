@@ -90,8 +90,14 @@ def main(root, ipv4, gid_index):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(content + "\n")
-    shutil.rmtree(root, ignore_errors=True)
-    os.rename(staging, root)
+    # The node binds <root>/class: change what is inside it, never the folder itself (a bind holds the old inode).
+    target = os.path.join(root, "class")
+    os.makedirs(target, exist_ok=True)
+    for entry in os.listdir(target):
+        shutil.rmtree(os.path.join(target, entry))
+    for entry in os.listdir(os.path.join(staging, "class")):
+        os.rename(os.path.join(staging, "class", entry), os.path.join(target, entry))
+    shutil.rmtree(staging)
     print(json.dumps({"changed": True}))
 
 
