@@ -70,7 +70,8 @@ def missing_env(sock, variable):
     if env == (config.get("Env") or []):
         return False  # already without it
     was_running = original.status == "running"
-    original.remove(force=True)
+    original.stop(timeout=30)  # as an admin would before making it again; docker rm -f would kill it hard (pinned)
+    original.remove()
     api = docker.api
     made = api.create_container(config["Image"], command=config.get("Cmd"), entrypoint=config.get("Entrypoint"),
                                 environment=env, labels=config.get("Labels"), name=original.name,
