@@ -1,9 +1,12 @@
 """The simulated nodes as testinfra hosts, reached over SSH as Ansible reaches them (the inventory's addresses and key).
 
-testinfra's own Ansible backend reads ``ansible-inventory --list``, which leaves the inventory's
-``{{ inventory_dir }}`` in the key's path untemplated, so the hosts are made here from the same inventory.
+Molecule hands its own inventory (``--ansible-inventory``): the scenario's links to inventories/sim, where
+``{{ inventory_dir }}`` is molecule's folder, so the key sim.yml made, the API key and plan.json are there. testinfra's
+own Ansible backend reads ``ansible-inventory --list``, which leaves ``{{ inventory_dir }}`` in the key's path
+untemplated, so the hosts are made here from the same inventory.
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -12,56 +15,63 @@ import pytest
 import testinfra
 
 PROJECT = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-INVENTORY = os.path.join(PROJECT, "inventories", "sim")
 
 
-def inventory():
-    out = subprocess.run(["ansible-inventory", "-i", INVENTORY, "--list"], capture_output=True, text=True, check=True,
+def inventory_dir(config):
+    given = config.getoption("ansible_inventory", default=None) or os.path.join(PROJECT, "inventories", "sim")
+    return given if os.path.isdir(given) else os.path.dirname(given)
+
+
+@functools.lru_cache(maxsize=None)
+def hostvars(folder):
+    out = subprocess.run(["ansible-inventory", "-i", folder, "--list"], capture_output=True, text=True, check=True,
                          env=dict(os.environ, ANSIBLE_VERBOSITY="0")).stdout
-    return json.loads(out)
+    listed = json.loads(out)
+    return {name: values for name, values in listed["_meta"]["hostvars"].items()
+            if name in (listed.get("spark_cluster", {}).get("hosts") or []) or "spark_fabric_ip" in values}
 
 
-INVENTORY_DATA = inventory()
-NODES = sorted(INVENTORY_DATA["_meta"]["hostvars"])
+def node_host(folder, name):
+    found = hostvars(folder)[name]
+    key = found["ansible_ssh_private_key_file"].replace("{{ inventory_dir }}", folder)
+    return testinfra.get_host("ssh://%s@%s" % (found.get("ansible_user", "root"), found["ansible_host"]), ssh_identity_file=key,
+                              ssh_extra_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")
+
+
+def pytest_generate_tests(metafunc):
+    if "node" in metafunc.fixturenames:
+        metafunc.parametrize("node", sorted(hostvars(inventory_dir(metafunc.config))), indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session", name="paths")
+def fixture_paths(pytestconfig):
+    return {"project": PROJECT, "inventory": inventory_dir(pytestconfig)}
 
 
 @pytest.fixture(scope="session", name="plan")
-def fixture_plan():
-    with open(os.path.join(INVENTORY, ".artifacts", "plan.json"), encoding="utf-8") as handle:
+def fixture_plan(paths):
+    with open(os.path.join(paths["inventory"], ".artifacts", "plan.json"), encoding="utf-8") as handle:
         return json.load(handle)
 
 
 @pytest.fixture(scope="session", name="api_key")
-def fixture_api_key():
-    with open(os.path.join(INVENTORY, ".secrets", "vllm_api_key"), encoding="utf-8") as handle:
+def fixture_api_key(plan):
+    with open(plan["cluster"]["endpoint"]["api_key_file"], encoding="utf-8") as handle:
         return handle.read().strip()
 
 
-def node_host(name):
-    hostvars = INVENTORY_DATA["_meta"]["hostvars"][name]
-    key = hostvars["ansible_ssh_private_key_file"].replace("{{ inventory_dir }}", INVENTORY)
-    return testinfra.get_host("ssh://%s@%s" % (hostvars.get("ansible_user", "root"), hostvars["ansible_host"]),
-                              ssh_identity_file=key,
-                              ssh_extra_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")
-
-
-@pytest.fixture(scope="session", params=NODES, name="node")
-def fixture_node(request):
+@pytest.fixture(scope="session", name="node")
+def fixture_node(request, paths):
     """(inventory name, testinfra host) of each simulated node."""
-    return request.param, node_host(request.param)
+    return request.param, node_host(paths["inventory"], request.param)
 
 
 @pytest.fixture(scope="session", name="head")
-def fixture_head(plan):
-    return plan["head"], node_host(plan["head"])
+def fixture_head(plan, paths):
+    return plan["head"], node_host(paths["inventory"], plan["head"])
 
 
 @pytest.fixture(scope="session", name="hosts")
-def fixture_hosts():
+def fixture_hosts(paths):
     """{inventory name: testinfra host} of every node."""
-    return {name: node_host(name) for name in NODES}
-
-
-@pytest.fixture(scope="session", name="paths")
-def fixture_paths():
-    return {"project": PROJECT, "inventory": INVENTORY}
+    return {name: node_host(paths["inventory"], name) for name in hostvars(paths["inventory"])}

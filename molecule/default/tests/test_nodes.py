@@ -118,7 +118,7 @@ def test_the_endpoint_answers_with_the_key_and_refuses_without(plan, api_key, pa
     assert answer["usage"]["completion_tokens"] == 16
     assert "tp2" in answer["system_fingerprint"]
     assert chat(plan)[0] == 401
-    assert os.stat(os.path.join(paths["inventory"], ".secrets", "vllm_api_key")).st_mode & 0o777 == 0o600
+    assert os.stat(plan["cluster"]["endpoint"]["api_key_file"]).st_mode & 0o777 == 0o600
 
 
 def test_teardown_leaves_no_container_of_ours(hosts, paths):
