@@ -15,9 +15,11 @@ Each prints {"changed": bool} and fails with a message naming the node's daemon 
 import json
 import os
 import sys
+import time
 
 LEDGER = "dev/shm/dgx-spark-sim-gb10"
 MANAGED = {"label": "dgx_spark.vllm.managed=true"}
+GRACE = 4  # seconds: more than the GB10 stand-in waits to see how a rank's container ends (gb10_memory.DECIDE_AFTER)
 
 
 def memory(node_pid, name, size):
@@ -70,7 +72,12 @@ def missing_env(sock, variable):
     if env == (config.get("Env") or []):
         return False  # already without it
     was_running = original.status == "running"
-    original.stop(timeout=30)  # as an admin would before making it again; docker rm -f would kill it hard (pinned)
+    if was_running:  # end its vLLM ranks first, as the collection's teardown does: a rank ended with its container
+        # (docker stop past its timeout, rm -f) is killed hard, and the GB10 stand-in rightly pins its memory
+        original.exec_run(["sh", "-c", "pkill -TERM -f '^ray::RayWorker|VLLM::'; for i in $(seq 100); do "
+                                       "pgrep -f '^ray::RayWorker|VLLM::' >/dev/null || exit 0; sleep 0.2; done"])
+        time.sleep(GRACE)
+    original.stop(timeout=30)
     original.remove()
     api = docker.api
     made = api.create_container(config["Image"], command=config.get("Cmd"), entrypoint=config.get("Entrypoint"),
