@@ -44,4 +44,6 @@ def docker_container_args(spec, change):
         args["device_requests"] = [{"driver": "nvidia", "count": -1, "capabilities": [["gpu"]]}]
     if change == "restart":
         args["restart"] = True
+    if change == "recreate":  # also when only its environment drifted: its labels and hash still match the plan's
+        args["recreate"] = True
     return args

@@ -45,3 +45,11 @@ def test_the_simulated_cluster_has_no_gpu_and_no_devices(spec):
 def test_an_unknown_change_is_refused(spec):
     with pytest.raises(ValueError, match="change must be one of none, create, start, recreate, restart, got 'rebuild'"):
         container_apply.docker_container_args(spec, "rebuild")
+
+
+def test_a_planned_recreate_is_forced_even_when_the_labels_match():
+    """An env drift keeps the labels and the hash; the plan's recreate must still replace the container."""
+    spec = {"name": "c", "image": "i", "command": ["x"], "env": {}, "network_mode": "host", "ipc_mode": "host",
+            "volumes": [], "labels": {"dgx_spark.vllm.config_hash": "h"}}
+    assert container_apply.docker_container_args(spec, "recreate")["recreate"] is True
+    assert "recreate" not in container_apply.docker_container_args(spec, "none")
