@@ -1,5 +1,7 @@
 """plan_nodes: the planner's checks of what each node's probe found, fed with captured docker ps and ss output."""
 
+import json
+
 import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_nodes
@@ -149,3 +151,21 @@ def test_a_node_whose_rdma_devices_are_missing_or_empty_is_refused_naming_what_t
     plan_nodes.check_devices(["spark1", "spark2"], {"spark1": nodes["spark1"], "spark2": probed(devices={"/dev/infiniband": held})},
                              ["/dev/infiniband"], findings)
     assert findings.errors == []
+
+
+def test_a_rank_of_this_cluster_counts_as_free_memory_for_the_balance():
+    """A worker whose rank outlived a dead head holds its pool: the plan restarts that worker, so it is not unbalanced;
+    the same memory held by something else is."""
+    held = dict(memory_facts("gb10-idle.txt"))
+    held["mem_available_bytes"] -= 36 * 1024 ** 3
+    held["gpu_process_bytes"] = 36 * 1024 ** 3
+    ours = json.dumps({"Names": "dgx-spark-ray-b", "State": "running",
+                       "Labels": "dgx_spark.vllm.managed=true,dgx_spark.vllm.cluster=dgx-spark,dgx_spark.vllm.node=b,"
+                                 "dgx_spark.vllm.config_hash=h"})
+    findings = Findings()
+    plan_nodes.check_balance(["a", "b"], {"a": probed(docker_ps=[]), "b": probed(memory=held, docker_ps=[ours])},
+                             normalize_settings({}), findings, "dgx-spark")
+    assert findings.errors == []
+    plan_nodes.check_balance(["a", "b"], {"a": probed(docker_ps=[]), "b": probed(memory=held, docker_ps=[])},
+                             normalize_settings({}), findings, "dgx-spark")
+    assert "free memory is unbalanced across nodes (a 117.3 GiB, b 81.3 GiB)" in messages(findings)[0]
