@@ -226,8 +226,14 @@ def bare_bringup(plan):
                    + serve["command"], check=True)
     ok = chat_once(endpoint["url"], key, endpoint["served_model_name"], 1800)
     seconds = time.monotonic() - started
+    # Taken down as a user would: vLLM first (TERM, as Ctrl-C), then the containers. A docker rm -f would kill the ranks
+    # hard, and on a GB10 (and its stand-in here) their memory would stay pinned until a reboot.
+    subprocess.run(on_head + ["exec", specs[0][0]["name"], "sh", "-c", "pkill -TERM -f 'vllm serve'; "
+                              "for i in $(seq 120); do pgrep -f 'vllm serve' >/dev/null || exit 0; sleep 0.5; done"],
+                   capture_output=True, check=False)
     for spec, node in specs:
-        subprocess.run(["docker", "-H", node_socket(node), "rm", "-f", spec["name"]], capture_output=True, check=False)
+        subprocess.run(["docker", "-H", node_socket(node), "stop", "--time", "60", spec["name"]], capture_output=True, check=False)
+        subprocess.run(["docker", "-H", node_socket(node), "rm", spec["name"]], capture_output=True, check=False)
     return seconds if ok else None
 
 
