@@ -103,7 +103,7 @@ def check_node(name, facts, settings, planned_names, ports, findings):
                        % (name, ", ".join(map(str, taken))))
 
 
-def check_balance(order, nodes, settings, findings, cluster_name=None):
+def check_balance(order, nodes, settings, findings):
     """Free memory must not differ much across nodes: the slow rank times out (fact 4). What a running deployment of
     this cluster holds on a node (its ranks, as nvidia-smi lists them) counts as free there: the plan keeps it for the
     same deployment, or stops it cleanly before starting again (a rank left behind by a head that died, say)."""
@@ -112,7 +112,7 @@ def check_balance(order, nodes, settings, findings, cluster_name=None):
         memory = nodes[n].get("memory")
         if "docker" not in nodes[n] or not memory:
             continue
-        ours = cluster_name is not None and bool(serving_hashes(nodes[n], n, cluster_name))
+        ours = bool(serving_hashes(nodes[n], n, settings["cluster_name"]))
         available[n] = int(memory.get("mem_available_bytes") or 0) + (int(memory.get("gpu_process_bytes") or 0) if ours else 0)
     if len(available) < 2:
         return

@@ -120,7 +120,7 @@ def make_plan(inputs, stage="full"):
     for name in order:
         nodes_check.check_node(name, inputs["nodes"][name], settings, [c["name"] for c in result["nodes"][name]["containers"]],
                                result["nodes"][name]["ports"], findings)
-    nodes_check.check_balance(order, inputs["nodes"], settings, findings, settings["cluster_name"])
+    nodes_check.check_balance(order, inputs["nodes"], settings, findings)
     nodes_check.check_devices(order, inputs["nodes"], device_paths(settings), findings)
     result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])
     result.update(cluster=cluster, deviations=profile.get("deviations") or [])

@@ -164,8 +164,8 @@ def test_a_rank_of_this_cluster_counts_as_free_memory_for_the_balance():
                                  "dgx_spark.vllm.config_hash=h"})
     findings = Findings()
     plan_nodes.check_balance(["a", "b"], {"a": probed(docker_ps=[]), "b": probed(memory=held, docker_ps=[ours])},
-                             normalize_settings({}), findings, "dgx-spark")
+                             normalize_settings({}), findings)
     assert findings.errors == []
     plan_nodes.check_balance(["a", "b"], {"a": probed(docker_ps=[]), "b": probed(memory=held, docker_ps=[])},
-                             normalize_settings({}), findings, "dgx-spark")
+                             normalize_settings({}), findings)
     assert "free memory is unbalanced across nodes (a 117.3 GiB, b 81.3 GiB)" in messages(findings)[0]
