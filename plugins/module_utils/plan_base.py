@@ -53,9 +53,10 @@ DEFAULT_SETTINGS = {
     "model_verify_checksums": False,
     "rsync_port": 8730,
     "image_build": False,               # the image role builds the image on the head (image_build)
+    "trust_remote_code_unpinned": False,  # allow --trust-remote-code with a revision that is not a commit (warned)
 }
 INTEGERS = ("port", "ray_port", "master_port", "gpus_per_node", "rsync_port")
-BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build")
+BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned")
 # The state folders of a node, under <state_dir>/<cluster>, each with its mode.
 STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("bin", "0755"), ("secrets", "0700"))
 

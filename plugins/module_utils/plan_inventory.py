@@ -6,6 +6,14 @@
 from __future__ import annotations
 
 import ipaddress
+import posixpath
+import re
+
+# A cluster name becomes part of container names, folders and the firewall table's name (docs/security.md).
+CLUSTER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+# A Hugging Face repository id (org/name); the hub's own rule, without "..", which would leave the models folder.
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 def node_order(groups, head_group="spark_head", worker_group="spark_workers"):
@@ -66,12 +74,45 @@ def check_inventory(inputs, findings):
             findings.error("all", value, "RAY_ADDRESS=%s is a Ray Client address: vLLM would run as a remote client and silently "
                            "serve on one GPU. The collection runs vllm serve inside the head's container; remove it" % value)
     check_secrets(inputs, findings)
+    name = settings["cluster_name"]
+    if not CLUSTER_NAME.match(str(name)):
+        findings.error("all", name, "vllm_cluster_name %r is not a valid cluster name: it names containers, folders and the firewall "
+                       "table, so use 1-40 lower-case letters, digits and '-', starting and ending with a letter or digit "
+                       "(for example dgx-spark)" % (name,))
     ports = {"vllm_port": settings["port"], "ray_port": settings["ray_port"], "master_port": settings["master_port"]}
     for key, value in ports.items():
         if not 0 < value < 65536:
             findings.error("all", value, "%s %d is not a TCP port (1-65535)" % (key, value))
     if len(set(ports.values())) < len(ports):
         findings.error("all", ports, "vllm_port, the Ray port and the master port must differ, got %s" % ports)
+
+
+def check_model(inputs, findings):
+    """The model's id stays inside the models folder, and the repository's code runs only at a pinned commit."""
+    profile = inputs["profile"]
+    model_id = str(profile["model"]["id"])
+    if model_id.startswith("/"):
+        if posixpath.normpath(model_id) != model_id or not model_id.startswith("/models/") or ".." in model_id.split("/"):
+            findings.error("all", model_id, "profile %s: model.id %s must be a normalized path under /models (no '..', no '//'); "
+                           "put the model's folder under the nodes' models folder and name it /models/<folder>" % (profile["name"], model_id))
+    elif not REPO_ID.match(model_id) or ".." in model_id:
+        findings.error("all", model_id, "profile %s: model.id %r is neither a Hugging Face repository (org/name: letters, digits, "
+                       "'.', '_', '-', no '..') nor a path under /models; fix the id" % (profile["name"], model_id))
+    flags = dict((profile.get("vllm") or {}).get("flags") or {}, **(inputs.get("extra_flags") or {}))
+    if not flags.get("--trust-remote-code") or model_id.startswith("/"):
+        return
+    revision = (inputs.get("overrides") or {}).get("model_revision") or profile["model"].get("revision")
+    if COMMIT.match(str(revision or "")):
+        return
+    if inputs["settings"].get("trust_remote_code_unpinned"):
+        findings.warn("%s runs %s's own Python (--trust-remote-code) at %s, which its owners can change under you: "
+                      "vllm_trust_remote_code_unpinned is set. Pin vllm_model_revision to a commit to stop that"
+                      % (profile["name"], model_id, "revision %s" % revision if revision else "the hub's main"))
+        return
+    findings.error("all", revision, "profile %s sets --trust-remote-code, so every node runs %s's own Python, but the revision "
+                   "(%s) is not a commit: whoever can push to that repository runs code on your cluster. Set vllm_model_revision "
+                   "to the 40-character commit you reviewed, or vllm_trust_remote_code_unpinned: true to accept the risk"
+                   % (profile["name"], model_id, revision or "none, the hub's main"))
 
 
 def parallel_sizes(inputs, findings):

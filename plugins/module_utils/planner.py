@@ -29,7 +29,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_nodes a
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import (
     LABEL, Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_inventory import (
-    check_head, check_inventory, parallel_sizes, utilization)
+    check_head, check_inventory, check_model, parallel_sizes, utilization)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_memory import memory
 
 
@@ -76,6 +76,7 @@ def make_plan(inputs, stage="full"):
     settings = inputs["settings"] = normalize_settings(inputs.get("settings"))
     findings = Findings()
     check_inventory(inputs, findings)
+    check_model(inputs, findings)
     order, head = inputs.get("order", []), (inputs.get("head_hosts") or [None])[0]
     for facts in inputs["nodes"].values():  # docker ps is parsed once; every check reads the containers
         if "docker_ps" in facts and "containers" not in facts:

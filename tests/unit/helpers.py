@@ -89,7 +89,9 @@ def spark_inputs(profile, root, count=2, backend=None, meminfo="gb10-idle.txt", 
         nodes[name] = {"fabric_ip": ip, "fabric_interfaces": ["enp1s0f1np1"],
                        "memory": memory_facts(meminfo), "roce": roce_facts(capture, os.path.join(str(root), name)),
                        "image": image_facts()}
-    base = {"image": "nvcr.io/nvidia/vllm:26.09-py3", "api_key_file": "inventories/sparks/.secrets/vllm_api_key"}
+    # The seed profiles trust the model's code; the tests accept an unpinned revision, as the sample inventory says how.
+    base = {"image": "nvcr.io/nvidia/vllm:26.09-py3", "api_key_file": "inventories/sparks/.secrets/vllm_api_key",
+            "trust_remote_code_unpinned": True}
     base.update(settings or {})
     return {
         "head_hosts": [SPARKS[0][0]],

@@ -26,9 +26,15 @@ def errors(plan):
     return [e["message"] for e in plan["errors"]]
 
 
+PINNED = "0123456789abcdef0123456789abcdef01234567"
+
+
 @pytest.fixture(name="m25")
 def fixture_m25():
-    return profile("minimax_m25_nvfp4_ep")
+    """The M2.5 profile pinned to a commit, as --trust-remote-code requires (the sample inventory says how)."""
+    pinned = profile("minimax_m25_nvfp4_ep")
+    pinned["model"]["revision"] = PINNED
+    return pinned
 
 
 def test_ray_plan_for_two_sparks(tmp_path, m25):
@@ -492,3 +498,40 @@ def test_a_kept_container_missing_a_planned_variable_is_recreated_and_named(tmp_
     planned = first["nodes"]["spark2"]["env_node"]["NCCL_IB_GID_INDEX"]
     assert ("Environment drift: spark2: NCCL_IB_GID_INDEX is missing in the container, planned %r (per-node value); "
             "dgx-spark-ray-spark2 is recreated" % planned) in render.render(drifted)
+
+
+def inventory_errors(profile_data, settings=None, overrides=None):
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": profile_data, "backend": "ray", "settings": settings or {},
+              "overrides": overrides or {}, "nodes": {"a": {"fabric_ip": "10.0.0.1"}, "b": {"fabric_ip": "10.0.0.2"}}}
+    plan = planner.make_plan(inputs, stage="inventory")
+    return plan["errors"], plan["warnings"]
+
+
+@pytest.mark.parametrize("name", ["Spark_A", "-spark", "spark-", "a" * 41, "two words", "x/../y"])
+def test_a_cluster_name_that_cannot_name_containers_is_refused(m25, name):
+    found, _ = inventory_errors(m25, settings={"cluster_name": name})
+    assert found[0]["value"] == name and "vllm_cluster_name %r is not a valid cluster name" % name in found[0]["message"]
+    assert "(for example dgx-spark)" in found[0]["message"]
+
+
+@pytest.mark.parametrize("model_id", ["org/../../etc", "/models/../etc/passwd", "/etc/passwd", "..", "org/name/extra"])
+def test_a_model_id_that_leaves_the_models_folder_is_refused(m25, model_id):
+    m25["model"]["id"] = model_id
+    found, _ = inventory_errors(m25)
+    assert [e["value"] for e in found] == [model_id]
+    assert "model.id" in found[0]["message"] and found[0]["message"].endswith(("fix the id", "name it /models/<folder>"))
+
+
+def test_trust_remote_code_needs_a_commit_or_an_explicit_unpinned_choice():
+    unpinned = profile("minimax_m25_nvfp4_ep")
+    assert unpinned["model"].get("revision") is None
+    found, _ = inventory_errors(unpinned)
+    assert len(found) == 1 and found[0]["value"] is None
+    assert "sets --trust-remote-code, so every node runs lukealonso/MiniMax-M2.5-NVFP4's own Python" in found[0]["message"]
+    assert "Set vllm_model_revision to the 40-character commit you reviewed" in found[0]["message"]
+    found, _ = inventory_errors(unpinned, overrides={"model_revision": "main"})
+    assert found[0]["value"] == "main"
+    found, warned = inventory_errors(unpinned, settings={"trust_remote_code_unpinned": True})
+    assert found == [] and "vllm_trust_remote_code_unpinned is set" in warned[0]
+    found, warned = inventory_errors(unpinned, overrides={"model_revision": PINNED})
+    assert found == [] and warned == []
