@@ -50,7 +50,8 @@ def inventory_nodes(task_vars, args):
     for host in order:
         values = hostvars.get(host, {})
         nodes[host] = dict(values.get(args["probe_fact"]) or {}, fabric_ip=values.get("spark_fabric_ip"),
-                           fabric_interfaces=values.get("spark_fabric_interfaces") or None)
+                           fabric_interfaces=values.get("spark_fabric_interfaces") or None,
+                           ansible_host=values.get("ansible_host") or host)
     return groups, heads, order, nodes
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import stat
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import image_info as ii
@@ -115,6 +116,31 @@ def docker_info(run, docker="docker"):
     if not info.get("ServerVersion"):
         return None
     return {"version": info["ServerVersion"], "runtimes": sorted(info.get("Runtimes") or {})}
+
+
+def addresses(run):
+    """The node's IPv4 addresses (``ip -j -4 addr show``), or None when ``ip`` could not tell."""
+    rc, out, dummy = run(["ip", "-j", "-4", "addr", "show"])
+    if rc != 0:
+        return None
+    try:
+        links = json.loads(out or "[]")
+    except ValueError:
+        return None
+    return sorted({a["local"] for link in links for a in link.get("addr_info") or [] if a.get("family") == "inet" and a.get("local")})
+
+
+def resolve(name):
+    """The IPv4 addresses ``name`` resolves to on this node (the node's resolver, /etc/hosts included), in its order."""
+    try:
+        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    found = []
+    for info in infos:
+        if info[4][0] not in found:
+            found.append(info[4][0])
+    return found
 
 
 def lines(run, argv):

@@ -24,6 +24,7 @@ DEFAULT_SETTINGS = {
     "image": None,
     "port": 8000,
     "public_url": None,
+    "bind_address": None,       # None: the address the head's ansible_host resolves to on the head
     "state_dir": "/var/lib/dgx-spark-vllm",
     "models_dir": "/var/lib/dgx-spark-vllm/models",
     "network_mode": "host",
@@ -137,9 +138,9 @@ def node_paths(settings, node, model_id):
     }
 
 
-def endpoint_url(settings, head_ip):
-    """The URL the controller reaches the endpoint at: vllm_public_url, else the head's fabric IP and vllm_port."""
-    return (settings["public_url"] or "http://%s:%d" % (head_ip, settings["port"])).rstrip("/")
+def endpoint_url(settings, address):
+    """The URL the controller reaches the endpoint at: vllm_public_url, else the address vLLM binds and vllm_port."""
+    return (settings["public_url"] or "http://%s:%d" % (address, settings["port"])).rstrip("/")
 
 
 def mounts():

@@ -99,7 +99,7 @@ def serve_argv(inputs, parallel, flags, utilization, max_len, rank, head_ip):
     argv = ["vllm", "serve", model["id"]]
     if model.get("served_name"):  # else vLLM serves the model under its id, as the write-ups that name none
         argv += ["--served-model-name", model["served_name"]]
-    argv += ["--host", "0.0.0.0", "--port", str(inputs["settings"]["port"]),
+    argv += ["--host", inputs["endpoint"]["bind"] or "0.0.0.0", "--port", str(inputs["settings"]["port"]),
              "--tensor-parallel-size", str(parallel["tensor_parallel_size"])]
     if parallel["pipeline_parallel_size"] > 1:
         argv += ["--pipeline-parallel-size", str(parallel["pipeline_parallel_size"])]

@@ -7,6 +7,7 @@ memory pinned by a killed container and orphaned engines (fact 3), balance (fact
 
 from __future__ import annotations
 
+import ipaddress
 import json
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import parity
@@ -52,6 +53,50 @@ def parse_listening(lines):
         if len(fields) >= 4 and fields[3].rsplit(":", 1)[-1].isdigit():
             ports.add(int(fields[3].rsplit(":", 1)[-1]))
     return sorted(ports)
+
+
+def bind_address(settings, head, facts, findings):
+    """Where the endpoint listens on the head, and the address the controller calls: vllm_bind_address, else what the
+    head's ansible_host resolves to on the head (the management network users reach), never every interface unless
+    the inventory says 0.0.0.0. Returns (bind, advertised); an offline plan that cannot know says so."""
+    given, host = settings.get("bind_address"), str(facts.get("ansible_host") or head)
+    addresses = facts.get("addresses")
+    if given:
+        try:
+            address = str(ipaddress.IPv4Address(str(given)))
+        except ValueError:
+            findings.error(head, given, "vllm_bind_address %r is not an IPv4 address; give one of %s's addresses, or 0.0.0.0 "
+                           "for every interface" % (given, head))
+            return None, host
+        if address == "0.0.0.0":
+            findings.warn("vllm_bind_address is 0.0.0.0: the endpoint listens on every interface of %s, the management LAN "
+                          "included; only the API key guards it" % head)
+            return address, host
+        if addresses is not None and address not in addresses:
+            findings.error(head, address, "vllm_bind_address %s is not an address of %s (it has %s); give one of them, or "
+                           "0.0.0.0 for every interface" % (address, head, ", ".join(addresses) or "none"))
+        return address, address
+    resolved = facts.get("resolved")
+    if resolved is None:  # not probed (an offline plan): the name, as the head would resolve it
+        return "<%s resolved on %s>" % (host, head) if not _is_ipv4(host) else host, host
+    local = [a for a in resolved if addresses is None or a in addresses]
+    if not local:
+        findings.error(head, host, "%s's ansible_host %s resolves on %s to %s, none of them an address of %s (it has %s); set "
+                       "vllm_bind_address to the address users reach the endpoint at" % (head, host, head, ", ".join(resolved) or
+                                                                                             "nothing", head, ", ".join(addresses or [])))
+        return None, host
+    if ipaddress.IPv4Address(local[0]).is_loopback:
+        findings.warn("%s's ansible_host %s is a loopback address: the endpoint answers only on %s itself; set vllm_bind_address "
+                      "to serve others" % (head, host, head))
+    return local[0], local[0]
+
+
+def _is_ipv4(value):
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _gib(value):

@@ -59,7 +59,8 @@ def cluster_paths(inputs):
     findings = Findings()
     order, head = inputs.get("order", []), (inputs.get("head_hosts") or [None])[0]
     check_head(inputs.get("head_hosts"), findings)
-    url = endpoint_url(settings, str((inputs["nodes"].get(head) or {}).get("fabric_ip")))
+    advertised = nodes_check.bind_address(settings, head, inputs["nodes"].get(head) or {}, Findings())[1]
+    url = endpoint_url(settings, advertised)
     result = {"stage": "paths", "head": head, "nodes_order": order,
               "nodes": {n: {"is_head": n == head, "fabric_ip": str(inputs["nodes"][n].get("fabric_ip")), "paths": node_paths(settings, n, None),
                             "containers": {role: container_name(settings, role, n) for role in ("ray", "vllm")}} for n in order},
@@ -103,6 +104,7 @@ def make_plan(inputs, stage="full"):
         return finish(result, findings)
     if not settings["image"]:
         findings.error("all", None, "no image: set vllm_image (a vLLM image with Ray), or let the image role build one")
+    inputs["endpoint"] = dict(zip(("bind", "advertised"), nodes_check.bind_address(settings, head, inputs["nodes"][head], findings)))
     use_roce = environment.transport(inputs, findings)
     node_env = environment.node_environment(inputs, findings, use_roce)
     common = environment.common_environment(inputs, result["parallel"], use_roce)
@@ -139,7 +141,8 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
     head_ip = str(inputs["nodes"][result["head"]]["fabric_ip"])
     image = inputs.get("image_info") or {}
     profile = inputs["profile"]
-    url = endpoint_url(settings, head_ip)
+    url = endpoint_url(settings, inputs["endpoint"]["advertised"])
+    bind = inputs["endpoint"]["bind"]
     revision = result["model"]["revision"]
     return {
         "name": settings["cluster_name"], "image": settings["image"], "image_id": image.get("id"), "vllm_version": image.get("version"),
@@ -154,7 +157,8 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
                             "network_mode", "ipc_mode", "shm_size", "devices", "gpus", "capabilities", "ulimits", "ray_port")}}),
         "artifacts_dir": settings["artifacts_dir"], "reports": reports(settings), "mounts": mounts(), "image_build": settings["image_build"],
         "endpoint": {"url": url, "port": settings["port"], "health_url": url + "/health", "models_url": url + "/v1/models",
-                     "local_health_url": "http://127.0.0.1:%d/health" % settings["port"],
+                     "bind_address": bind,
+                     "local_health_url": "http://%s:%d/health" % ("127.0.0.1" if bind in (None, "0.0.0.0") else bind, settings["port"]),
                      "served_model_name": profile["model"].get("served_name") or profile["model"]["id"],
                      "api_key_env": "VLLM_API_KEY", "api_key_file": settings["api_key_file"]},
         "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name"), "revision": revision,

@@ -96,6 +96,11 @@ options:
     description: The Docker CLI.
     type: str
     default: docker
+  resolve:
+    description:
+      - A name to resolve on the node (the head's C(ansible_host)); RV(resolved) lists its IPv4 addresses. The endpoint
+        binds to that address unless C(vllm_bind_address) says otherwise, and only the node's own resolver knows it.
+    type: str
 """
 
 EXAMPLES = r"""
@@ -169,6 +174,16 @@ devices:
   type: dict
   returned: always
   sample: {"/dev/infiniband": ["rdma_cm", "uverbs0", "uverbs1", "uverbs2", "uverbs3"]}
+addresses:
+  description: The node's IPv4 addresses (C(ip -j -4 addr show)); null when C(ip) could not tell.
+  type: list
+  elements: str
+  returned: always
+resolved:
+  description: The IPv4 addresses O(resolve) resolves to on the node, in the resolver's order; null without O(resolve).
+  type: list
+  elements: str
+  returned: always
 """
 
 import os
@@ -202,6 +217,7 @@ def main():
             devices=dict(type="list", elements="path", default=[]),
             ray_container=dict(type="str"),
             docker=dict(type="str", default="docker"),
+            resolve=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -222,7 +238,8 @@ def main():
     result = dict(changed=False, memory=memory, roce=roce,
                   docker=node_probe.docker_info(runner, docker), image_id=None, image=None, docker_ps=[], container_env={},
                   listening=node_probe.lines(runner, ["ss", "-H", "-t", "-l", "-n"]), vllm=None, model_config=None, weights_bytes=None,
-                  state=node_probe.state(p["paths"]), devices=node_probe.devices(p["devices"]))
+                  state=node_probe.state(p["paths"]), devices=node_probe.devices(p["devices"]),
+                  addresses=node_probe.addresses(runner), resolved=node_probe.resolve(p["resolve"]) if p["resolve"] else None)
     if result["docker"] is not None:
         result["docker_ps"] = node_probe.lines(runner, [docker, "ps", "--all", "--no-trunc", "--format", "{{json .}}"])
         existing = set(result["docker_ps"])

@@ -78,7 +78,7 @@ def assert_successful(result, events, log):
 
 def chat():
     body = json.dumps({"model": "sim-tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}).encode()
-    request = urllib.request.Request("http://127.0.0.1:8000/v1/chat/completions", data=body,
+    request = urllib.request.Request("http://10.209.0.10:8000/v1/chat/completions", data=body,
                                      headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
     with urllib.request.urlopen(request, timeout=60) as response:
         return response.status, json.loads(response.read())
@@ -99,7 +99,7 @@ def test_plan_serve_status_teardown_as_awx_jobs(base):
     result, events, log = awx_job(base, "serve", "playbooks/serve.yml", dict(SURVEY, vllm_api_key=API_KEY))
     assert_successful(result, events, log)
     summary = task_result(events, "Show the summary")["vllm_serve_summary"]
-    assert summary["endpoint"] == "http://127.0.0.1:8000/v1" and summary["model"] == "sim-tiny"
+    assert summary["endpoint"] == "http://10.209.0.10:8000/v1" and summary["model"] == "sim-tiny"
     assert summary["profile"] == "sim_tiny" and summary["backend"] == "ray"
     assert all(passed for name, passed in summary["smoke_tests"])
     # The key the credential injected is the endpoint's key.

@@ -66,7 +66,7 @@ def chat():
     with open(os.path.join(SIM, ".secrets", "vllm_api_key"), encoding="utf-8") as handle:
         key = handle.read().strip()
     body = json.dumps({"model": "sim-tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}).encode()
-    request = urllib.request.Request("http://127.0.0.1:8000/v1/chat/completions", data=body,
+    request = urllib.request.Request("http://10.209.0.10:8000/v1/chat/completions", data=body,
                                      headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
     with urllib.request.urlopen(request, timeout=60) as response:
         return response.status

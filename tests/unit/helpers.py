@@ -73,10 +73,10 @@ def image_facts():
     return json.loads(read_fixture("image_info", "vllm-cpu-0.32.0.json"))
 
 
-SPARKS = [  # name, fabric IP, sysfs capture
-    ("spark1", "192.168.100.10", "spark-one-cable.txt"),
-    ("spark2", "192.168.100.11", "spark-ipv6-shift.txt"),
-    ("spark3", "192.168.100.12", "spark-mixed-index.txt"),
+SPARKS = [  # name, fabric IP, sysfs capture, management address (ansible_host resolves to it)
+    ("spark1", "192.168.100.10", "spark-one-cable.txt", "192.168.1.101"),
+    ("spark2", "192.168.100.11", "spark-ipv6-shift.txt", "192.168.1.102"),
+    ("spark3", "192.168.100.12", "spark-mixed-index.txt", "192.168.1.103"),
 ]
 
 
@@ -85,8 +85,9 @@ def spark_inputs(profile, root, count=2, backend=None, meminfo="gb10-idle.txt", 
     import os
 
     nodes = {}
-    for name, ip, capture in SPARKS[:count]:
-        nodes[name] = {"fabric_ip": ip, "fabric_interfaces": ["enp1s0f1np1"],
+    for name, ip, capture, management in SPARKS[:count]:
+        nodes[name] = {"fabric_ip": ip, "fabric_interfaces": ["enp1s0f1np1"], "ansible_host": name + ".lan",
+                       "addresses": sorted(["127.0.0.1", management, ip]), "resolved": [management],
                        "memory": memory_facts(meminfo), "roce": roce_facts(capture, os.path.join(str(root), name)),
                        "image": image_facts()}
     # The seed profiles trust the model's code; the tests accept an unpinned revision, as the sample inventory says how.

@@ -90,3 +90,15 @@ def test_devices_lists_the_device_nodes_of_each_path(tmp_path):
     empty = node_probe.devices([str(folder), str(tmp_path / "absent")])
     assert empty == {str(folder): [], str(tmp_path / "absent"): None}
     assert node_probe.devices(["/dev/null"]) == {"/dev/null": ["null"]}
+
+
+def test_addresses_are_the_nodes_ipv4_addresses():
+    captured = read_fixture("ip", "machine-with-bridges.json")  # `ip -j -4 addr show` on a machine with Docker bridges
+    run = runner([(["ip", "-j", "-4", "addr", "show"], (0, captured, ""))])
+    assert node_probe.addresses(run) == ["10.209.0.1", "10.210.0.1", "127.0.0.1", "172.17.0.1", "192.0.2.2"]
+    assert node_probe.addresses(runner([])) is None  # no ip: unknown, not "none"
+
+
+def test_resolve_uses_the_nodes_resolver():
+    assert node_probe.resolve("127.0.0.1") == ["127.0.0.1"]
+    assert node_probe.resolve("name.that.does.not.resolve.invalid") == []

@@ -8,7 +8,8 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import no
 
 def inputs(**settings):
     return {"settings": normalize_settings(dict({"image": "img:1"}, **settings)), "backend": "mp",
-            "profile": {"model": {"id": "org/m"}, "ray": {}, "container": {"shm_size": "16g"}}, "overrides": {}}
+            "profile": {"model": {"id": "org/m"}, "ray": {}, "container": {"shm_size": "16g"}}, "overrides": {},
+            "endpoint": {"bind": "192.168.1.10", "advertised": "192.168.1.10"}}
 
 
 def test_ray_start_of_head_and_worker():
@@ -26,6 +27,7 @@ def test_mp_argv_names_rank_master_and_headless_workers():
     rank1 = plan_commands.serve_argv(inputs(), parallel, {}, 0.8, None, 1, "10.0.0.1")
     assert rank1[:3] == ["vllm", "serve", "org/m"] and rank1[-1] == "--headless"
     assert rank1[rank1.index("--master-addr") + 1] == "10.0.0.1" and rank1[rank1.index("--node-rank") + 1] == "1"
+    assert rank1[rank1.index("--host") + 1] == "192.168.1.10"  # the planned bind address, never every interface by default
 
 
 def test_container_spec_keeps_logs_and_labels_and_takes_the_profile_shm():

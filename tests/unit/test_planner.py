@@ -78,7 +78,7 @@ def test_ray_plan_for_two_sparks(tmp_path, m25):
     labels = head["containers"][0]["labels"]
     assert labels["dgx_spark.vllm.managed"] == "true" and labels["dgx_spark.vllm.config_hash"] == head["config_hash"]
     assert plan["cluster"]["expected_ray_nodes"] == 2 and plan["cluster"]["expected_ray_gpus"] == 2
-    assert plan["cluster"]["endpoint"]["url"] == "http://192.168.100.10:8000"
+    assert plan["cluster"]["endpoint"]["url"] == "http://192.168.1.101:8000"
     assert plan["parallel"]["expert_parallel"] is True and "--enable-expert-parallel" in serve["argv"]
 
 
@@ -356,8 +356,8 @@ def test_plan_names_every_path_port_and_url_the_roles_use(tmp_path, m25):
     assert head["paths"]["model_dir"].endswith("/huggingface/hub/models--" + m25["model"]["id"].replace("/", "--"))
     assert head["ports"] == [6379, 9000] and plan["nodes"]["spark2"]["ports"] == []
     endpoint = plan["cluster"]["endpoint"]
-    assert endpoint["health_url"] == "http://192.168.100.10:9000/health"
-    assert endpoint["local_health_url"] == "http://127.0.0.1:9000/health"
+    assert endpoint["health_url"] == "http://192.168.1.101:9000/health"
+    assert endpoint["local_health_url"] == "http://192.168.1.101:9000/health"
     assert head["serve"]["command"] == ["/dgx-spark/bin/vllm-serve"] + head["serve"]["argv"][2:]
     fetch = head["helpers"]["model_fetch"]["argv"]
     assert fetch[:5] == ["docker", "run", "--rm", "--name", "dgx-spark-model-fetch"]
@@ -535,3 +535,40 @@ def test_trust_remote_code_needs_a_commit_or_an_explicit_unpinned_choice():
     assert found == [] and "vllm_trust_remote_code_unpinned is set" in warned[0]
     found, warned = inventory_errors(unpinned, overrides={"model_revision": PINNED})
     assert found == [] and warned == []
+
+
+def bind_plan(tmp_path, m25, **settings):
+    plan = planner.make_plan(spark_inputs(m25, tmp_path, settings=settings))
+    return plan, plan["nodes"].get("spark1", {}).get("serve", {}).get("argv")
+
+
+def test_the_endpoint_binds_where_the_heads_ansible_host_resolves_and_is_called_there(tmp_path, m25):
+    plan, argv = bind_plan(tmp_path, m25)
+    assert argv[argv.index("--host") + 1] == "192.168.1.101"  # spark1.lan on spark1, not every interface
+    assert plan["cluster"]["endpoint"]["local_health_url"] == "http://192.168.1.101:8000/health"
+    assert plan["cluster"]["endpoint"]["models_url"] == "http://192.168.1.101:8000/v1/models"
+
+
+def test_every_interface_is_the_inventorys_choice_and_is_warned_about(tmp_path, m25):
+    plan, argv = bind_plan(tmp_path, m25, bind_address="0.0.0.0")
+    assert plan["ok"] and argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert any("the endpoint listens on every interface of spark1, the management LAN included" in w for w in plan["warnings"])
+    assert plan["cluster"]["endpoint"]["local_health_url"] == "http://127.0.0.1:8000/health"
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("10.9.9.9", "vllm_bind_address 10.9.9.9 is not an address of spark1 (it has 127.0.0.1, 192.168.1.101, 192.168.100.10)"),
+    ("spark1.lan", "vllm_bind_address 'spark1.lan' is not an IPv4 address; give one of spark1's addresses, or 0.0.0.0"),
+])
+def test_a_bind_address_the_head_does_not_have_is_refused(tmp_path, m25, given, expected):
+    plan, _ = bind_plan(tmp_path, m25, bind_address=given)
+    assert plan["errors"][0]["host"] == "spark1" and expected in plan["errors"][0]["message"]
+
+
+def test_an_ansible_host_that_resolves_elsewhere_is_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["nodes"]["spark1"]["resolved"] = ["203.0.113.7"]  # a NAT or a stale DNS entry
+    found = planner.make_plan(inputs)["errors"]
+    assert found[0]["value"] == "spark1.lan"
+    assert "spark1's ansible_host spark1.lan resolves on spark1 to 203.0.113.7, none of them an address of spark1" in found[0]["message"]
+    assert found[0]["message"].endswith("set vllm_bind_address to the address users reach the endpoint at")
