@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import firewall
+
 LABEL = "dgx_spark.vllm"
 STATE_MOUNT = "/dgx-spark"
 MODELS_MOUNT = "/models"
@@ -54,10 +56,11 @@ DEFAULT_SETTINGS = {
     "model_verify_checksums": False,
     "rsync_port": 8730,
     "image_build": False,               # the image role builds the image on the head (image_build)
-    "trust_remote_code_unpinned": False,  # allow --trust-remote-code with a revision that is not a commit (warned)
+    "trust_remote_code_unpinned": False,
+    "firewall": True,                   # Ray's ports answer only the cluster's nodes (module_utils/firewall.py)  # allow --trust-remote-code with a revision that is not a commit (warned)
 }
 INTEGERS = ("port", "ray_port", "master_port", "gpus_per_node", "rsync_port")
-BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned")
+BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned", "firewall")
 # The state folders of a node, under <state_dir>/<cluster>, each with its mode.
 STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("bin", "0755"), ("secrets", "0700"))
 
@@ -135,6 +138,10 @@ def node_paths(settings, node, model_id):
         "rsync_password": state + "/secrets/rsync.password",   # a worker's side of the copy's one-time secret
         "rsync_log": state + "/logs/rsyncd.log",
         "ring_netplan": state + "/run/60-dgx-spark-ring.yaml",
+        "firewall_rules": state + "/config/firewall.nft",
+        "firewall_unit": "%s/%s" % (firewall.UNIT_DIR, firewall.unit_name(settings["cluster_name"])),
+        "firewall_wants": "%s/multi-user.target.wants/%s" % (firewall.UNIT_DIR, firewall.unit_name(settings["cluster_name"])),
+        "firewall_table": firewall.table_name(settings["cluster_name"]),
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import firewall
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import flags as flag_utils
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import LABEL, MODELS_MOUNT, STATE_MOUNT, container_name
 
@@ -123,11 +124,12 @@ def serve_argv(inputs, parallel, flags, utilization, max_len, rank, head_ip):
 
 
 def ray_command(inputs, fabric_ip, is_head, head_ip):
-    """`ray start` of one node: its own fabric IP (fact 6), a 1 GiB object store (fact 5), no dashboard (fact 20)."""
+    """`ray start` of one node: its own fabric IP (fact 6), a 1 GiB object store (fact 5), no dashboard (fact 20), every
+    port pinned so that the firewall can name them (module_utils/firewall.py)."""
     settings = inputs["settings"]
     object_store = (inputs["profile"].get("ray") or {}).get("object_store_memory", OBJECT_STORE_BYTES)
-    command = ["ray", "start", "--node-ip-address", fabric_ip, "--num-gpus", str(settings["gpus_per_node"]),
-               "--object-store-memory", str(object_store), "--disable-usage-stats", "--block"]
+    command = (["ray", "start", "--node-ip-address", fabric_ip, "--num-gpus", str(settings["gpus_per_node"]),
+                "--object-store-memory", str(object_store)] + firewall.ray_port_flags(is_head) + ["--disable-usage-stats", "--block"])
     if is_head:
         command[2:2] = ["--head", "--port", str(settings["ray_port"]), "--include-dashboard=false"]
     else:

@@ -23,6 +23,7 @@ import copy
 import hashlib
 import json
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import firewall
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_commands as commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as environment
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_nodes as nodes_check
@@ -40,7 +41,8 @@ def device_paths(settings):
 
 def probe_paths(paths):
     """The folders and files of a node's state the probe looks for (the plan writes what is missing or differs)."""
-    return [f["path"] for f in paths["folders"]] + [paths["launcher"], paths["non_carry_over_file"]]
+    return [f["path"] for f in paths["folders"]] + [paths[k] for k in ("launcher", "non_carry_over_file", "firewall_rules",
+                                                                        "firewall_unit", "firewall_wants")]
 
 
 def state_writes(facts, paths, files):
@@ -50,6 +52,18 @@ def state_writes(facts, paths, files):
         return {"folders": paths["folders"], "files": files}
     return {"folders": [f for f in paths["folders"] if found.get(f["path"]) != "dir"],
             "files": [f for f in files if found.get(f["path"]) != hashlib.sha256(f["content"].encode("utf-8")).hexdigest()]}
+
+
+def firewall_writes(facts, planned):
+    """The firewall's files whose content differs, and whether its unit must be enabled; the table is (re)loaded when
+    either changes (a node not probed gets both)."""
+    if planned is None:
+        return {"files": [], "enable": False}
+    found = facts.get("state")
+    files = planned["files"] if found is None else [
+        f for f in planned["files"] if found.get(f["path"]) != hashlib.sha256(f["content"].encode("utf-8")).hexdigest()]
+    enable = found is None or found.get(planned["wants"]) != hashlib.sha256(planned["files"][1]["content"].encode("utf-8")).hexdigest()
+    return {"files": files, "enable": enable}
 
 
 def cluster_paths(inputs):
@@ -190,6 +204,8 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
              "config_hash": node_hash, "state_dir": paths["state_dir"], "models_dir": paths["models_dir"], "paths": paths,
              "ports": nodes_check.node_ports(settings, backend, is_head)}
     entry["writes"] = state_writes(inputs["nodes"][name], paths, commands.state_files(inputs, paths, cluster["non_carry_over_env_vars"]))
+    entry["firewall"] = firewall.plan(settings, backend, cluster["expected_ips"], paths) if settings["firewall"] else None
+    entry["writes"]["firewall"] = firewall_writes(inputs["nodes"][name], entry["firewall"])
     if is_head or backend == "mp":
         entry["serve"] = {"container": spec["name"], "argv": argv, "command": [commands.LAUNCHER] + argv[2:],
                           "log": commands.VLLM_LOG if backend == "ray" else None, "config_hash": node_hash}
@@ -249,6 +265,7 @@ def decide_changes(inputs, nodes, cluster, head):
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
     cluster["apply_needed"] = (bool(cluster["changes"]) or launching
-                               or any(nodes[n]["writes"]["folders"] or nodes[n]["writes"]["files"] for n in order))
+                               or any(nodes[n]["writes"]["folders"] or nodes[n]["writes"]["files"] or nodes[n]["writes"]["firewall"]["files"]
+                                      or nodes[n]["writes"]["firewall"]["enable"] for n in order))
     # The head's probe read Ray: with every node and GPU joined and nothing to change, the join gate is proven already.
     cluster["join_gate_proven"] = bool(joined and joined["ready"] and not cluster["apply_needed"])

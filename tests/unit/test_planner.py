@@ -409,9 +409,7 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
                                      vllm={"running": True, "config_hash": first["nodes"]["spark1"]["serve"]["config_hash"]})
     inputs["nodes"]["spark2"].update(docker_ps=[ps("spark2")])
     for name in ("spark1", "spark2"):
-        inputs["nodes"][name]["state"] = {f["path"]: "dir" for f in first["nodes"][name]["paths"]["folders"]}
-        inputs["nodes"][name]["state"].update({f["path"]: hashlib.sha256(f["content"].encode()).hexdigest()
-                                               for f in first["nodes"][name]["writes"]["files"]})
+        inputs["nodes"][name]["state"] = written(first["nodes"][name])
     healthy = planner.make_plan(copy.deepcopy(inputs))
     assert healthy["cluster"]["apply_needed"] is False and healthy["cluster"]["join_gate_proven"] is True
     text = render.render(healthy)
@@ -452,6 +450,15 @@ def test_a_new_api_key_restarts_vllm_but_not_ray(tmp_path, m25):
     assert "DIGEST-ONE" not in json.dumps(first) and "DIGEST-TWO" not in json.dumps(second)
 
 
+def written(node):
+    """What a node's probe finds once the plan's writes are done: the folders, the files, the firewall and its unit."""
+    found = {f["path"]: "dir" for f in node["paths"]["folders"]}
+    found.update({f["path"]: hashlib.sha256(f["content"].encode()).hexdigest()
+                  for f in node["writes"]["files"] + node["firewall"]["files"]})
+    found[node["firewall"]["wants"]] = found[node["firewall"]["files"][1]["path"]]  # the link reads as the unit
+    return found
+
+
 def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
     head = first["nodes"]["spark1"]
@@ -462,12 +469,16 @@ def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     assert head["writes"]["baseline"]["path"] == head["paths"]["baseline_file"]
     assert json.loads(head["writes"]["baseline"]["content"])["mem_available_bytes"] == spark_inputs(m25, tmp_path)["nodes"]["spark1"][
         "memory"]["mem_available_bytes"]
+    assert head["writes"]["firewall"] == {"files": head["firewall"]["files"], "enable": True}
     inputs = spark_inputs(m25, tmp_path / "b")
-    found = {f["path"]: "dir" for f in head["paths"]["folders"]}
-    found.update({f["path"]: hashlib.sha256(f["content"].encode()).hexdigest() for f in head["writes"]["files"]})
+    found = written(head)
     inputs["nodes"]["spark1"]["state"] = found
     again = planner.make_plan(inputs)["nodes"]["spark1"]["writes"]
-    assert again == {"folders": [], "files": [], "baseline": head["writes"]["baseline"]}  # vLLM still starts: a new baseline
+    assert again == {"folders": [], "files": [], "baseline": head["writes"]["baseline"],  # vLLM still starts: a new baseline
+                     "firewall": {"files": [], "enable": False}}
+    del inputs["nodes"]["spark1"]["state"][head["firewall"]["wants"]]  # the unit was disabled by hand
+    assert planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["firewall"] == {"files": [], "enable": True}
+    inputs["nodes"]["spark1"]["state"] = found
     inputs["nodes"]["spark1"]["state"] = dict(found, **{head["paths"]["launcher"]: "0" * 64})
     assert [f["path"] for f in planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["files"]] == [head["paths"]["launcher"]]
 

@@ -134,7 +134,25 @@ def bind_drop_caches(p, container_pid):
                         "/run/dgx-spark-sim/drop_caches", "/proc/sys/vm/drop_caches"], check=True)
 
 
+def booted(p, container_pid):
+    """True once the node's init has started what systemd starts before Docker (node_init.sh writes the start time of
+    the init it ran as, which tells this boot's mark from the last one's)."""
+    try:
+        with open("/proc/%d/stat" % container_pid, encoding="utf-8") as handle:
+            started = handle.read().rsplit(")", 1)[1].split()[19]
+        with open(os.path.join(p["run"], "booted"), encoding="utf-8") as handle:
+            return handle.read().strip() == started
+    except (OSError, IndexError):
+        return False
+
+
 def start(p, node, container_pid, addresses):
+    for dummy in range(300):  # Docker starts after the firewall, as on a Spark, so Ray's ports are never open
+        if booted(p, container_pid):
+            break
+        time.sleep(0.1)
+    else:
+        sys.exit("%s's init did not finish its boot (%s/booted) within 30 s" % (node, p["run"]))
     shutil.rmtree(p["exec"], ignore_errors=True)  # a Spark's /run is a tmpfs: a node that starts again finds it empty
     if os.path.exists(p["pidfile"]):  # its pid is in the node's PID namespace, where another process may hold it now
         os.unlink(p["pidfile"])

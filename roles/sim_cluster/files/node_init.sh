@@ -4,10 +4,20 @@
 # key is authorized for root, its /dev/shm starts empty, the nodes share a key and know each other's host keys (made by the role, kept across
 # restarts of the node), its GB10 memory stand-in runs (writing what the node's /proc/meminfo and nvidia-smi show),
 # then sshd serves in the foreground.
+# The node has no systemd: what systemd does at a Spark's boot before Docker, this does. It starts the units the
+# collection enabled (multi-user.target.wants/dgx-spark-vllm-*.service: its firewall) by their ExecStart, then says
+# so in $sim/booted (the start time of this boot's init), which node_daemon.py waits for before it starts Docker.
 set -eu
 sim=/run/dgx-spark-sim
 ln -sf "$sim/docker/docker.sock" /var/run/docker.sock
 find /dev/shm -mindepth 1 -delete  # a boot: the node's tmpfs starts empty (nothing held, nothing pinned, no page cache)
+for unit in /etc/systemd/system/multi-user.target.wants/dgx-spark-vllm-*.service; do
+  [ -e "$unit" ] || continue
+  sed -n 's/^ExecStart=//p' "$unit" | while read -r command; do
+    sh -c "$command" >> "$sim/units.log" 2>&1 && echo "started $unit" >> "$sim/units.log" || echo "FAILED $unit" >> "$sim/units.log"
+  done
+done
+awk '{print $22}' /proc/1/stat > "$sim/booted"
 install -d -m 0700 /root/.ssh
 for name in authorized_keys id_ed25519 known_hosts; do ln -sf "$sim/$name" "/root/.ssh/$name"; done
 python3 /usr/local/sbin/sim-gb10-memory "$sim" >> "$sim/gb10_memory.log" 2>&1 &
