@@ -3,8 +3,11 @@ and the next serve.yml recovers. Runs against inventories/sim; leaves the cluste
 
 import json
 import os
+import socket
 import threading
+import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import docker
@@ -106,6 +109,66 @@ def test_second_run_changes_nothing_and_does_not_interrupt_serving(client):
     assert "Join gate: every node and GPU has joined Ray (read by the head's probe)" in out
 
 
+CONNECT = """
+import socket, sys
+s = socket.socket(); s.settimeout(3)
+if len(sys.argv) > 3: s.bind((sys.argv[3], 0))
+try:
+    s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
+except ConnectionRefusedError:
+    print("refused")
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
+def connect(address, port, node=None, source=None):
+    """'open' or 'refused' for a TCP connection to ``address``:``port``, from this machine (no node of the cluster) or
+    from ``node`` (from its ``source`` address)."""
+    argv = ["python3", "-c", CONNECT, address, str(port)] + ([source] if source else [])
+    if node:
+        return node_docker_exec(node, argv)
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def node_docker_exec(node, argv):
+    result = docker.from_env().containers.get(node).exec_run(argv)
+    assert result.exit_code == 0, result.output
+    return result.output.decode().strip()
+
+
+def models_status(key=None):
+    headers = {"Authorization": "Bearer " + key} if key else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request("http://10.209.0.10:8000/v1/models", headers=headers), timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_ray_ports_answer_only_the_clusters_nodes_and_the_endpoint_only_with_its_key(client):
+    """Ray binds every interface; the collection's table lets only the cluster's fabric addresses in. The endpoint
+    listens on the head's management address only and answers only with the key."""
+    listening = node_docker_exec("sim-head", ["ss", "-H", "-t", "-l", "-n"])
+    workers = sorted(int(l.split()[3].rsplit(":", 1)[1]) for l in listening.splitlines()
+                     if 10002 <= int(l.split()[3].rsplit(":", 1)[1]) <= 10101)
+    ray_ports = [6379, 6800, 6801, 10001] + workers[:1]
+    assert workers, listening  # the head's Ray workers (vLLM's rank among them) listen in the pinned range
+    for port in (6379, 6800, 6801):
+        assert "0.0.0.0:%d " % port in listening, listening  # Ray binds every interface: the table keeps it in
+    for port in ray_ports:
+        assert connect("10.210.0.10", port, node="sim-worker1") == "open"  # a node of the cluster, at its fabric address
+        assert connect("10.210.0.10", port) == "refused"  # this machine on the fabric network (10.210.0.1)
+        assert connect("10.209.0.10", port) == "refused"  # and on the management network
+        assert connect("10.209.0.10", port, node="sim-worker1", source="10.209.0.11") == "refused"  # not Ray's address
+    assert connect("10.210.0.10", 8000) == "refused"  # the endpoint is not on the fabric
+    with open(os.path.join(SIM, ".secrets", "vllm_api_key"), encoding="utf-8") as handle:
+        key = handle.read().strip()
+    assert (models_status(), models_status("not-the-key"), models_status(key)) == (401, 401, 200)
+    table = node_docker_exec("sim-head", ["nft", "list", "tables"])
+    assert table.splitlines() == ["table inet dgx_spark_vllm_dgx_spark"]  # the collection's own, the node's only one
+
+
 def test_changed_profile_restarts_only_what_its_hash_touches(client):
     ray_ids = {HEAD_RAY: head().containers.get(HEAD_RAY).id, WORKER_RAY: worker().containers.get(WORKER_RAY).id}
 
@@ -169,6 +232,8 @@ def test_a_hard_killed_worker_is_named_by_status_and_pins_its_memory_until_it_re
     assert worker().containers.get(WORKER_RAY).status == "exited"  # refused before any change
     sim("faults-sim-reboot-worker", None, "-e", "sim_reboot=sim-worker1")
     assert 117 < available_gib(client, "sim-worker1") < 118
+    # The boot loaded the firewall before the node's Docker started: Ray's ports were never open to others.
+    assert node_docker_exec("sim-worker1", ["nft", "list", "tables"]) == "table inet dgx_spark_vllm_dgx_spark"
     playbook("serve", log="faults-serve-restore", check=True)
     assert chat() == 200
     record("fault", "worker container killed hard (docker kill) while serving",
