@@ -32,6 +32,10 @@ def check_groups(groups, findings, cluster_group="spark_cluster"):
     if outside:
         findings.error("all", outside, "%s in spark_head or spark_workers but not in %s; make both groups children of %s "
                        "(inventories/sparks/hosts.yml shows how)" % (", ".join(outside), cluster_group, cluster_group))
+    placed = set(groups.get("spark_head") or []) | set(groups.get("spark_workers") or [])
+    for host in sorted(cluster - placed):  # the node plays would run on it, but no rank is planned for it
+        findings.error(host, host, "%s is in %s but in neither spark_head nor spark_workers, so no rank is planned for it; put "
+                       "it in spark_workers, or take it out of %s" % (host, cluster_group, cluster_group))
 
 
 def check_head(heads, findings):

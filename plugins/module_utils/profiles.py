@@ -10,6 +10,7 @@ file and the key named, before anything is planned.
 
 from __future__ import annotations
 
+import difflib
 import os
 
 try:
@@ -32,6 +33,7 @@ SCHEMA = {
     "deviations": list,
     "smoke_tests": list,
     "notes": list,
+    "env_unchecked": list,
 }
 REQUIRED = ("name", "model", "parallel", "vllm")
 MODEL_KEYS = {"id": str, "served_name": str, "dtype": str, "weights_bytes": int, "config": dict, "config_source": str,
@@ -57,6 +59,26 @@ RESTORE_VARIABLES = {
     "vllm_extra_flags": ("extra_flags", None),
     "vllm_extra_env": ("extra_env", None),
 }
+# Environment variables the Sparks' stack reads (NCCL's, vLLM's, Ray's, the hub's, PyTorch's) that a profile is likely to
+# set. A profile's env name one letter away from one of them is a typo that would be ignored in silence (vLLM and NCCL
+# read only the names they know); a name close to none of them is left alone. env_unchecked accepts a name as it is.
+KNOWN_ENV = frozenset("""
+NCCL_ALGO NCCL_BUFFSIZE NCCL_CROSS_NIC NCCL_CUMEM_ENABLE NCCL_DEBUG NCCL_DEBUG_FILE NCCL_DEBUG_SUBSYS NCCL_IB_DISABLE
+NCCL_IB_GID_INDEX NCCL_IB_HCA NCCL_IB_QPS_PER_CONNECTION NCCL_IB_RETRY_CNT NCCL_IB_ROCE_VERSION_NUM NCCL_IB_SL
+NCCL_IB_SUBNET_AWARE_ROUTING NCCL_IB_SUBNET_PREFIX_LEN NCCL_IB_TC NCCL_IB_TIMEOUT NCCL_IGNORE_CPU_AFFINITY
+NCCL_MAX_NCHANNELS NCCL_MIN_NCHANNELS NCCL_MAX_CTAS NCCL_MIN_CTAS NCCL_NET NCCL_NET_GDR_LEVEL NCCL_NSOCKS_PERTHREAD
+NCCL_NVLS_ENABLE NCCL_P2P_DISABLE NCCL_PROTO NCCL_SOCKET_IFNAME NCCL_SOCKET_NTHREADS
+VLLM_ALL2ALL_BACKEND VLLM_ALLOW_LONG_MAX_MODEL_LEN VLLM_ATTENTION_BACKEND VLLM_CPU_KVCACHE_SPACE
+VLLM_ENGINE_ITERATION_TIMEOUT_S VLLM_FLASHINFER_ALLREDUCE_BACKEND VLLM_FLASHINFER_MOE_BACKEND VLLM_HOST_IP
+VLLM_LOGGING_LEVEL VLLM_MARLIN_USE_ATOMIC_ADD VLLM_MLA_DISABLE VLLM_NVFP4_GEMM_BACKEND VLLM_PORT VLLM_RPC_TIMEOUT
+VLLM_SLEEP_WHEN_IDLE VLLM_TEST_FORCE_FP8_MARLIN VLLM_USE_DEEP_GEMM VLLM_USE_FLASHINFER_MOE_FP4
+VLLM_USE_FLASHINFER_MOE_FP8 VLLM_USE_FLASHINFER_SAMPLER VLLM_USE_RAY_COMPILED_DAG VLLM_USE_RAY_SPMD_WORKER VLLM_USE_V1
+VLLM_WORKER_MULTIPROC_METHOD
+RAY_DEDUP_LOGS RAY_USAGE_STATS_ENABLED GLOO_SOCKET_IFNAME UCX_NET_DEVICES OMP_NUM_THREADS TOKENIZERS_PARALLELISM
+PYTORCH_CUDA_ALLOC_CONF CUDA_DEVICE_MAX_CONNECTIONS CUDA_VISIBLE_DEVICES TORCH_CUDA_ARCH_LIST
+TORCH_NCCL_ASYNC_ERROR_HANDLING TORCH_NCCL_BLOCKING_WAIT
+HF_ENDPOINT HF_HOME HF_HUB_DISABLE_TELEMETRY HF_HUB_ENABLE_HF_TRANSFER HF_HUB_OFFLINE
+""".split())
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a mapping",
                list: "a list"}
 
@@ -98,6 +120,12 @@ def validate(profile, path):
     for key, value in (profile.get("env") or {}).items() if isinstance(profile.get("env"), dict) else ():
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             errors.append("%s: env.%s is %r; quote it as a string (\"%s\")" % (path, key, value, value))
+    unchecked = profile.get("env_unchecked") if isinstance(profile.get("env_unchecked"), list) else []
+    for key in (profile.get("env") or {}) if isinstance(profile.get("env"), dict) else ():
+        close = difflib.get_close_matches(str(key), KNOWN_ENV, n=1, cutoff=0.9)
+        if key not in KNOWN_ENV and key not in unchecked and close:
+            errors.append("%s: env.%s is not a variable the stack reads; did you mean %s? A misspelt name is ignored in "
+                          "silence. Fix it, or list %s in env_unchecked if it is right" % (path, key, close[0], key))
     vllm = profile.get("vllm") if isinstance(profile.get("vllm"), dict) else {}
     for flag, value in (vllm.get("flags") or {}).items() if isinstance(vllm.get("flags"), dict) else ():
         if not str(flag).startswith("-"):

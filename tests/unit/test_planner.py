@@ -583,3 +583,12 @@ def test_an_ansible_host_that_resolves_elsewhere_is_refused(tmp_path, m25):
     assert found[0]["value"] == "spark1.lan"
     assert "spark1's ansible_host spark1.lan resolves on spark1 to 203.0.113.7, none of them an address of spark1" in found[0]["message"]
     assert found[0]["message"].endswith("set vllm_bind_address to the address users reach the endpoint at")
+
+
+def test_a_host_in_the_cluster_but_in_no_child_group_is_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["groups"] = {"spark_cluster": ["spark1", "spark2", "spark3"], "spark_head": ["spark1"], "spark_workers": ["spark2"]}
+    found = planner.make_plan(inputs, stage="inventory")["errors"]
+    assert (found[0]["host"], found[0]["value"]) == ("spark3", "spark3")
+    assert "spark3 is in spark_cluster but in neither spark_head nor spark_workers" in found[0]["message"]
+    assert found[0]["message"].endswith("put it in spark_workers, or take it out of spark_cluster")

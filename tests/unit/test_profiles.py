@@ -51,12 +51,20 @@ def test_a_profile_written_from_the_docs_plans_clean(tmp_path):
      "deviations[0].restore names 'vllm_foo', which is not an inventory variable the planner reads; use one of"),
     (("  id: my-org/my-moe-nvfp4\n", ""), "model.id is missing; set it to a Hugging Face repository"),
     (("name: my_moe_nvfp4\n", "name: x\nbackend: tcp\n"), "backend is 'tcp'; it must be ray or mp"),
+    (("name: my_moe_nvfp4", "name: x\nenv: {NCCL_IB_HCAA: mlx5_0}"),
+     "env.NCCL_IB_HCAA is not a variable the stack reads; did you mean NCCL_IB_HCA? A misspelt name is ignored in silence"),
+    (("name: my_moe_nvfp4", "name: x\nenv: {VLLM_ALLOW_LONG_MAX_MODEL_LENGTH: '1'}"), "did you mean VLLM_ALLOW_LONG_MAX_MODEL_LEN?"),
 ])
 def test_each_mistake_is_named_with_its_fix(tmp_path, change, expected):
     text = GOOD.replace(*change)
     assert text != GOOD
     message = refusal(tmp_path, text)
     assert expected in message and str(tmp_path / "mine.yml") in message
+
+
+def test_env_names_close_to_none_or_accepted_as_they_are_pass(tmp_path):
+    load(tmp_path, GOOD.replace("name: my_moe_nvfp4", "name: x\nenv: {MY_OWN_SETTING: '1', NCCL_IB_HCA: mlx5_0}"))
+    load(tmp_path, GOOD.replace("name: my_moe_nvfp4", "name: x\nenv: {NCCL_IB_HCAA: '1'}\nenv_unchecked: [NCCL_IB_HCAA]"))
 
 
 def test_broken_yaml_and_a_missing_file_are_refused_without_a_traceback(tmp_path):
