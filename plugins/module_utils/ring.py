@@ -37,7 +37,13 @@ def links_of(links, host):
 
 def prefix_len(links):
     """The one prefix length of the ring's subnets (NCCL_IB_SUBNET_PREFIX_LEN must match them)."""
-    lengths = {ipaddress.ip_network(str(link["subnet"]), strict=False).prefixlen for link in links or []}
+    lengths = set()
+    for index, link in enumerate(links or []):
+        try:
+            lengths.add(ipaddress.ip_network(str(link["subnet"]), strict=False).prefixlen)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RingError("ring link %d (%r) has no valid subnet (%s); give a subnet like 192.168.10.0/24 and ends a, a_if, b, "
+                            "b_if" % (index, link, exc))
     if len(lengths) > 1:
         raise RingError("the ring's subnets have different prefix lengths %s; NCCL_IB_SUBNET_PREFIX_LEN takes one" % sorted(lengths))
     return lengths.pop() if lengths else 24

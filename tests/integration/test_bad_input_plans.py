@@ -1,0 +1,195 @@
+"""Bad input, each a different validation, refused by `plan.yml` before any node is touched (an offline plan of a copy
+of inventories/sparks, as a user runs it before the nodes are reachable). Each refusal names the host, the value and
+the fix. The node-state and end-to-end cases are in test_faults.py; every row lands in docs/reliability.md."""
+
+import copy
+import json
+import os
+import shutil
+
+import pytest
+import yaml
+
+from runner import ROOT, record, run
+
+SAMPLE = os.path.join(ROOT, "inventories", "sparks")
+PINNED = "0123456789abcdef0123456789abcdef01234567"
+
+
+def add_host(hosts, name, ip, group="spark_workers"):
+    hosts["spark_cluster"]["children"][group]["hosts"][name] = {"ansible_host": name + ".lan", "spark_fabric_ip": ip,
+                                                               "spark_fabric_interfaces": ["enp1s0f1np1"]}
+
+
+def set_host(name, **values):
+    def change(hosts):
+        for group in hosts["spark_cluster"]["children"].values():
+            if name in (group.get("hosts") or {}):
+                group["hosts"][name].update(values)
+                for key in [k for k, v in values.items() if v is None]:
+                    del group["hosts"][name][key]
+    return change
+
+
+def third_worker(hosts):
+    add_host(hosts, "spark3", "192.168.100.12")
+
+
+def third_outside_groups(hosts):
+    hosts["spark_cluster"]["hosts"] = {"spark3": {"ansible_host": "spark3.lan", "spark_fabric_ip": "192.168.100.12"}}
+
+
+def two_heads(hosts):
+    children = hosts["spark_cluster"]["children"]
+    children["spark_head"]["hosts"].update(children["spark_workers"]["hosts"])
+    children["spark_workers"]["hosts"] = {}
+
+
+def profile_change(path, value):
+    """A profile of the user's own: the shipped M2.5 profile with ``path`` (dotted) set to ``value``."""
+    def change(profile):
+        keys = path.split(".")
+        node = profile
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+    return change
+
+
+def broken_yaml(dummy):
+    return "name: broken\nmodel: {id: a/b\n"
+
+
+# id, kind, what is bad, change: {"vars": extra vars, "hosts": f(hosts), "profile": f(profile)}, host, value, fix
+CASES = [
+    ("no-child-group", "inventory", "a host in spark_cluster but in no child group", {"hosts": third_outside_groups},
+     "spark3", "spark3 is in spark_cluster but in neither", "put it in spark_workers"),
+    ("two-heads", "inventory", "two hosts in spark_head", {"hosts": two_heads},
+     "spark_head", "exactly one host in spark_head (found 2: spark1, spark2)", "workers in spark_workers"),
+    ("no-fabric-ip", "inventory", "a node without spark_fabric_ip", {"hosts": set_host("spark2", spark_fabric_ip=None)},
+     "spark_cluster", "spark_fabric_ip on every host (missing on spark2)", "exactly one host in spark_head"),
+    ("fabric-ip-not-ip", "inventory", "a fabric IP that is no address", {"hosts": set_host("spark2", spark_fabric_ip="192.168.100.300")},
+     "spark2", "192.168.100.300", "is not an IP address"),
+    ("fabric-ip-v6", "inventory", "an IPv6 fabric IP", {"hosts": set_host("spark2", spark_fabric_ip="fd00::11")},
+     "spark2", "fd00::11", "must be IPv4"),
+    ("duplicate-fabric-ip", "inventory", "two nodes with one fabric IP", {"hosts": set_host("spark2", spark_fabric_ip="192.168.100.10")},
+     "spark2", "the same spark_fabric_ip 192.168.100.10", "each node needs its own"),
+    ("backend", "inventory", "an unknown backend", {"vars": {"vllm_backend": "tcp"}},
+     "spark_cluster", "value of vllm_backend must be one of: ray, mp, got: tcp", "vllm_backend"),
+    ("transport", "inventory", "an unknown NCCL transport", {"vars": {"vllm_nccl_transport": "ib"}},
+     "spark_cluster", "got: ib", "value of vllm_nccl_transport must be one of: auto, roce, socket"),
+    ("ray-client", "inventory", "RAY_ADDRESS of a Ray Client in vllm_extra_env", {"vars": {"vllm_extra_env": {"RAY_ADDRESS": "ray://10.0.0.1:10001"}}},
+     "all", "RAY_ADDRESS=ray://10.0.0.1:10001", "remove it"),
+    ("port-range", "inventory", "a port outside 1-65535", {"vars": {"vllm_port": 70000}},
+     "all", "vllm_port 70000", "is not a TCP port (1-65535)"),
+    ("port-collision", "inventory", "vllm_port on Ray's port", {"vars": {"vllm_port": 6379}},
+     "all", "'vllm_port': 6379, 'ray_port': 6379", "must differ"),
+    ("cluster-name", "inventory", "an invalid cluster name", {"vars": {"vllm_cluster_name": "Lab_Cluster"}},
+     "all", "Lab_Cluster", "(for example dgx-spark)"),
+    ("bind-address", "inventory", "a bind address that is a name", {"vars": {"vllm_bind_address": "spark1.lan"}},
+     "spark1", "spark1.lan", "give one of spark1's addresses, or 0.0.0.0"),
+    ("utilization", "inventory", "gpu_memory_utilization above 1", {"vars": {"vllm_gpu_memory_utilization": 1.5}},
+     "all", "got 1.5", "must be in (0, 1]"),
+    ("node-count", "inventory", "three nodes for a two-node profile", {"hosts": third_worker},
+     "all", "TP x PP x DP = 2 x 1 x 1 = 2, but the inventory has 3 node(s)", "add or remove nodes, or choose another profile"),
+    ("kv-cache", "inventory", "a max_model_len the KV cache cannot hold", {"vars": {"vllm_max_model_len": 10000000}},
+     "spark1", "fewer than max_model_len 10000000", "lower max_model_len to 294880 or raise gpu_memory_utilization"),
+    ("ring", "inventory", "a ring link without a subnet or ends", {"vars": {"spark_fabric_ring": {"links": [{"a": "spark1"}]}}},
+     "all", "ring link 0 ({'a': 'spark1'}) has no valid subnet", "give a subnet like 192.168.10.0/24 and ends a, a_if, b, b_if"),
+    ("unknown-profile", "profile", "a profile name that does not exist", {"vars": {"vllm_profile": "minimax_m9"}},
+     None, "unknown profile 'minimax_m9'", "or give your own file with vllm_profile_file"),
+    ("profile-missing-file", "profile", "a profile file that does not exist", {"vars": {"vllm_profile_file": "/nonexistent/mine.yml"}},
+     None, "cannot read profile /nonexistent/mine.yml", "check the path given in vllm_profile_file"),
+    ("profile-yaml", "profile", "a profile that is not YAML", {"profile": broken_yaml},
+     None, "is not valid YAML", "fix the line it names"),
+    ("profile-key", "profile", "a misspelt profile key", {"profile": profile_change("vllm.flagz", 1)},
+     None, "unknown key 'flagz'", "fix the spelling or remove it"),
+    ("profile-env-typo", "profile", "a typo in a profile's env key", {"profile": profile_change("env.NCCL_IB_HCAA", "mlx5_0")},
+     None, "env.NCCL_IB_HCAA", "did you mean NCCL_IB_HCA?"),
+    ("profile-env-type", "profile", "an env value that is not a string", {"profile": profile_change("env.NCCL_DEBUG", True)},
+     None, "env.NCCL_DEBUG is True", "quote it as a string"),
+    ("profile-flag-name", "profile", "a flag written without its dashes", {"profile": profile_change("vllm.flags.enforce-eager", True)},
+     None, "vllm.flags key 'enforce-eager' is not a flag", "write it as vLLM does (--enforce-eager)"),
+    ("profile-flag-mapping", "profile", "a flag's JSON given as a mapping", {"profile": profile_change("vllm.flags.--compilation-config", {"level": 0})},
+     None, "vllm.flags.--compilation-config is a mapping", "give JSON options as one quoted string"),
+    ("profile-utilization", "profile", "a profile's utilization above 1", {"profile": profile_change("vllm.gpu_memory_utilization", 1.2)},
+     None, "vllm.gpu_memory_utilization is 1.2", "it must be above 0 and at most 1"),
+    ("profile-tensor-zero", "profile", "a parallel size below 1", {"profile": profile_change("parallel.tensor", 0)},
+     None, "parallel.tensor must be at least 1, got 0", "at least 1"),
+    ("profile-backend", "profile", "a profile's unknown backend", {"profile": profile_change("backend", "tcp")},
+     None, "backend is 'tcp'", "it must be ray or mp"),
+    ("profile-smoke-kind", "profile", "a smoke test of an unknown kind", {"profile": profile_change("smoke_tests", [{"name": "s", "kind": "chit"}])},
+     None, "smoke_tests[0].kind is 'chit'", "it must be one of chat"),
+    ("profile-restore", "profile", "a deviation restoring a variable the planner does not read",
+     {"profile": profile_change("deviations", [{"what": "a", "writeup": "b", "profile": "c", "reason": "d", "restore": {"vllm_foo": 1}}])},
+     None, "restore names 'vllm_foo'", "use one of"),
+    ("model-path", "profile", "'..' in a model path", {"profile": profile_change("model.id", "/models/../etc")},
+     "all", "/models/../etc", "must be a normalized path under /models"),
+    ("model-repo", "profile", "a model id that is no repository", {"profile": profile_change("model.id", "org/../../etc")},
+     "all", "org/../../etc", "fix the id"),
+    ("trust-unpinned", "profile", "--trust-remote-code at the hub's main", {"vars": {"vllm_model_revision": None}},
+     "all", "the revision (none, the hub's main) is not a commit", "Set vllm_model_revision to the 40-character commit you reviewed"),
+    ("tp-heads", "profile", "a TP that does not divide the heads, the model not on the head yet",
+     {"hosts": third_worker, "profile": profile_change("parallel.tensor", 3)},
+     "all", "TP=3 neither divides the 8 KV heads", "Choose a TP that divides them"),
+    ("secret-flag", "secrets", "--api-key in vllm_extra_flags", {"vars": {"vllm_extra_flags": {"--api-key": "sk-leak-me-not"}}},
+     "all", "vllm_extra_flags carries --api-key", "Give it with vllm_api_key instead"),
+    ("secret-env-token", "secrets", "HF_TOKEN in vllm_extra_env", {"vars": {"vllm_extra_env": {"HF_TOKEN": "hf_leak_me_not"}}},
+     "all", "vllm_extra_env carries HF_TOKEN", "Give it with vllm_hf_token instead"),
+    ("secret-env-password", "secrets", "a *PASSWORD* variable in vllm_extra_env", {"vars": {"vllm_extra_env": {"DB_PASSWORD": "leak-me-not"}}},
+     "all", "vllm_extra_env carries DB_PASSWORD", "a variable the collection keeps in a 0600 file"),
+]
+
+
+@pytest.fixture(scope="module", name="sample")
+def fixture_sample():
+    with open(os.path.join(SAMPLE, "hosts.yml"), encoding="utf-8") as handle:
+        hosts = yaml.safe_load(handle)
+    with open(os.path.join(ROOT, "profiles", "minimax_m25_nvfp4_ep.yml"), encoding="utf-8") as handle:
+        profile = yaml.safe_load(handle)
+    return hosts, profile
+
+
+def segments(out, host):
+    """What the plan printed for ``host``: the text after each "[host]" up to the next finding."""
+    flat = " ".join(out.replace("''", "'").split())
+    marker = "[%s]" % host
+    found, start = [], flat.find(marker)
+    while start >= 0:
+        end = min([i for i in (flat.find(" - [", start + 1), flat.find("ERROR [", start + 1)) if i > 0] or [len(flat)])
+        found.append(flat[start:end])
+        start = flat.find(marker, start + 1)
+    return found
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_before_any_node_is_touched(tmp_path, sample, case):
+    name, kind, what, change, host, value, fix = case
+    hosts, profile = copy.deepcopy(sample[0]), copy.deepcopy(sample[1])
+    inventory = tmp_path / "inventory"
+    shutil.copytree(os.path.join(SAMPLE, "group_vars"), inventory / "group_vars")
+    if "hosts" in change:
+        change["hosts"](hosts)
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    extra = {"dgx_spark_offline": True, "vllm_model_revision": PINNED}
+    if "profile" in change:
+        text = change["profile"](profile)
+        (tmp_path / "mine.yml").write_text(text if isinstance(text, str) else yaml.safe_dump(profile))
+        extra.update(vllm_profile="", vllm_profile_file=str(tmp_path / "mine.yml"))
+    extra.update(change.get("vars") or {})
+    extra = {k: v for k, v in extra.items() if v is not None}
+    rc, out = run("bad-input-" + name, ["ansible-playbook", "playbooks/plan.yml", "-i", str(inventory), "-e", json.dumps(extra)],
+                  check=False, timeout=300)
+    assert rc != 0, out
+    flat = " ".join(out.replace("''", "'").split())
+    if host is None:  # a profile that cannot be read or is malformed names its file, not a host
+        where = "unknown profile" if name == "unknown-profile" else extra.get("vllm_profile_file")
+        assert where in flat
+        assert value in flat and fix in flat, flat[-3000:]
+    elif host.startswith("spark_"):  # the groups' and the arguments' own checks name the group or variable in the message
+        assert value in flat and fix in flat, flat[-3000:]
+    else:
+        assert any(value in s and fix in s for s in segments(out, host)), (host, value, fix, flat[-3000:])
+    assert "nothing was changed" in flat or "FAILED" in out
+    assert not (inventory / ".artifacts" / "summary.json").exists()  # serve never ran
+    record("bad input", "%s: %s" % (kind, what), "refused by the plan, naming %s: %s ... %s" % (host or "the profile file", value, fix))
