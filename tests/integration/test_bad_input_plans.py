@@ -191,5 +191,7 @@ def test_bad_input_is_refused_before_any_node_is_touched(tmp_path, sample, case)
     else:
         assert any(value in s and fix in s for s in segments(out, host)), (host, value, fix, flat[-3000:])
     assert "nothing was changed" in flat or "FAILED" in out
+    if kind == "secrets":  # the refusal names the variable, never the secret
+        assert "leak-me-not" not in out and "leak_me_not" not in out
     assert not (inventory / ".artifacts" / "summary.json").exists()  # serve never ran
     record("bad input", "%s: %s" % (kind, what), "refused by the plan, naming %s: %s ... %s" % (host or "the profile file", value, fix))
