@@ -258,13 +258,13 @@ def test_a_worker_container_missing_a_variable_is_recreated_by_the_next_run(clie
 
 def test_foreign_programs_on_our_ports_are_refused_and_page_cache_is_dropped(client):
     playbook("teardown", log="faults-teardown-for-port", check=True)
-    sim("faults-sim-foreign", {"stale_ray": ["sim-head"], "foreign_port": {"sim-head": 8000}})
+    sim("faults-sim-foreign", {"stale_ray": ["sim-head"], "foreign_port": {"sim-head": 8100}})
     time.sleep(3)
-    rc, out = playbook("serve", log="faults-serve-port")
+    rc, out = playbook("serve", "-e", "vllm_port=8100", log="faults-serve-port")  # a vllm_port of the user's choice
     assert rc != 0
-    assert "sim-head: port(s) 6379, 8000 are held by a program this collection did not start" in out
+    assert "sim-head: port(s) 6379, 8100 are held by a program this collection did not start" in out
     assert our_containers() == []  # nothing half-started
-    for name in ("a stale Ray session of a foreign process on 6379", "the endpoint port taken by a foreign program"):
+    for name in ("a stale Ray session of a foreign process on 6379", "the endpoint port (vllm_port 8100) taken by a foreign program"):
         record("trap", name, "refused before any change, naming the node and the ports; nothing is started")
     started = time.monotonic()
     sim("faults-sim-page-cache", {"page_cache": {"sim-worker1": 70}})
