@@ -23,6 +23,18 @@ recovery was timed. Regenerate with `make reliability` after the tests.
 """
 
 
+LOAD_HEAD = """
+## Under load
+
+While the run in the first column ran, a load generator (`tests/integration/load.py`) kept 8 concurrent streams of
+chat completions on the endpoint, half of them streaming, bounded in count and time. Outage is the longest time
+between two answers.
+
+| during | requests | streamed | failed | per second | outage |
+|---|---|---|---|---|---|
+"""
+
+
 def main(argv):
     rows_path = argv[1] if len(argv) > 1 else os.path.join(ROOT, "tests", "output", "reliability.jsonl")
     out = argv[2] if len(argv) > 2 else os.path.join(ROOT, "docs", "reliability.md")
@@ -36,6 +48,13 @@ def main(argv):
         row = rows[key]
         seconds = "-" if row["seconds"] is None else "%.0f s" % row["seconds"]
         lines.append("| %s | %s | %s | %s |\n" % (row["kind"], row["name"], row["does"].replace("|", "\\|"), seconds))
+    loaded = [rows[k] for k in sorted(rows) if rows[k].get("load")]
+    if loaded:
+        lines.append(LOAD_HEAD)
+        for row in loaded:
+            load = row["load"]
+            lines.append("| %s | %d | %d | %d | %.1f | %.1f s |\n" % (row["name"], load["requests"], load["streaming"],
+                                                                   load["failed"], load["per_second"], load["outage_s"]))
     with open(out, "w", encoding="utf-8") as handle:
         handle.writelines(lines)
     print("%s: %d rows" % (out, len(rows)))
