@@ -35,6 +35,22 @@ def parse_found(text):
     return sorted(found)
 
 
+def labelled_argv(docker, cluster):
+    """Every container carrying this cluster's label, with its managed label: ``name<TAB>managed`` per line."""
+    return [docker, "ps", "--all", "--no-trunc", "--filter", "label=%s.cluster=%s" % (LABEL, cluster),
+            "--format", "{{.Names}}\t{{.Label \"%s.managed\"}}" % LABEL]
+
+
+def not_ours(text):
+    """The containers of :func:`labelled_argv`'s output that the collection did not make (no managed=true label)."""
+    found = []
+    for line in (text or "").splitlines():
+        name, dummy, managed = line.strip().partition("\t")
+        if name and managed.strip() != "true":
+            found.append(name)
+    return sorted(found)
+
+
 def stop_argv(docker, names, timeout):
     return [docker, "stop", "--time", str(int(timeout))] + list(names)
 

@@ -98,6 +98,11 @@ containers:
   type: list
   elements: str
   returned: always
+left_alone:
+  description: Containers carrying the cluster's label without the C(managed) label; named in a warning, never touched.
+  type: list
+  elements: str
+  returned: always
 vllm_killed:
   description: True when vLLM did not stop on TERM within O(stop_timeout) and its process group was killed.
   type: bool
@@ -159,7 +164,12 @@ def main():
         module.fail_json(msg="%s: docker ps failed (rc=%d): %s; is Docker running there?" % (p["node"], rc, (err or out).strip()))
     found = td.parse_found(out)
     names = [name for name, dummy in found]
-    result = dict(changed=bool(names), containers=names, vllm_killed=False, logs=[], memory=None)
+    rc, out, err = runner(td.labelled_argv(docker, p["cluster"]))
+    left = td.not_ours(out) if rc == 0 else []
+    if left:
+        module.warn("%s: container(s) %s carry cluster %s's label but not %s.managed=true: this collection did not make "
+                    "them, so they are left alone; remove them yourself if they are yours" % (p["node"], ", ".join(left), p["cluster"], td.LABEL))
+    result = dict(changed=bool(names), containers=names, left_alone=left, vllm_killed=False, logs=[], memory=None)
     if module.check_mode:
         module.exit_json(**result)
     running = [name for name, state in found if state == "running"]

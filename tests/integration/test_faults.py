@@ -352,7 +352,16 @@ def test_an_image_removed_on_a_worker_is_sent_again_by_the_next_serve(client):
 
 
 def test_an_interrupted_serve_is_finished_by_the_next_run(client):
-    playbook("teardown", log="faults-teardown-for-interrupt", check=True)
+    # A container of someone else's that merely carries our cluster label: teardown names it and leaves it alone.
+    lookalike = head().containers.run("dgx-spark-sim/runtime:sim", ["sleep", "600"], name="hand-made-ray", detach=True,
+                                      entrypoint=[], labels={"dgx_spark.vllm.cluster": "dgx-spark", "dgx_spark.vllm.node": "sim-head"})
+    try:
+        rc, out = playbook("teardown", log="faults-teardown-for-interrupt", check=True)
+        assert "sim-head: container(s) hand-made-ray carry cluster dgx-spark's label but not dgx_spark.vllm.managed=true" in " ".join(out.split())
+        assert head().containers.get("hand-made-ray").status == "running" and our_containers() == []
+        record("trap", "a container of someone else's carrying the cluster's label", "teardown names it and leaves it running")
+    finally:
+        lookalike.remove(force=True)
     log = os.path.join(ROOT, "tests", "output", "logs", "faults-serve-interrupted.log")
     with open(log, "w", encoding="utf-8") as handle:
         proc = subprocess.Popen(["ansible-playbook", "playbooks/serve.yml"], cwd=ROOT, env=environment(None),  # pylint: disable=consider-using-with

@@ -39,3 +39,10 @@ def test_memory_missing_names_the_node_and_says_reboot():
 
 def test_without_a_baseline_nothing_is_judged():
     assert teardown.memory_verdict("spark1", None, None, 4)["judged"] is False
+
+
+def test_containers_with_our_cluster_label_but_not_made_by_us_are_named_not_touched():
+    argv = teardown.labelled_argv("docker", "dgx-spark")
+    assert argv[argv.index("--filter") + 1] == "label=dgx_spark.vllm.cluster=dgx-spark" and "--filter" not in argv[argv.index("--filter") + 2:]
+    answer = "dgx-spark-ray-sim-head\ttrue\nhand-made-ray\t\nother\tfalse\n"  # docker ps --format '{{.Names}}\t{{.Label ...}}'
+    assert teardown.not_ours(answer) == ["hand-made-ray", "other"]
