@@ -30,6 +30,7 @@ RAY_PORTS = {
 }
 RAY_CLIENT_SERVER_PORT = 10001    # Ray starts its client server on every head and offers no way to turn it off
 UNIT_DIR = "/etc/systemd/system"
+NFT = "/usr/sbin/nft"  # the unit's ExecStart; the probe looks for it
 
 
 def table_name(cluster):
@@ -101,11 +102,20 @@ def unit(cluster, rules_path):
         "[Service]",
         "Type=oneshot",
         "RemainAfterExit=yes",
-        "ExecStart=/usr/sbin/nft -f %s" % rules_path,
+        "ExecStart=%s -f %s" % (NFT, rules_path),
         "",
         "[Install]",
         "WantedBy=multi-user.target",
         ""])
+
+
+def check(name, facts, findings):
+    """The node must have nft to load the table (a node not probed is not judged)."""
+    state = facts.get("state")
+    if state is not None and NFT in state and state[NFT] is None:
+        findings.error(name, NFT, "%s has no %s, which loads the firewall that keeps Ray's ports to the cluster's nodes; "
+                       "install it (sudo apt install nftables), or set vllm_firewall: false and keep the nodes' networks "
+                       "private to them" % (name, NFT))
 
 
 def plan(settings, backend, addresses, paths):

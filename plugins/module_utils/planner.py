@@ -42,7 +42,7 @@ def device_paths(settings):
 def probe_paths(paths):
     """The folders and files of a node's state the probe looks for (the plan writes what is missing or differs)."""
     return [f["path"] for f in paths["folders"]] + [paths[k] for k in ("launcher", "non_carry_over_file", "firewall_rules",
-                                                                        "firewall_unit", "firewall_wants")]
+                                                                        "firewall_unit", "firewall_wants")] + [firewall.NFT]
 
 
 def state_writes(facts, paths, files):
@@ -137,6 +137,8 @@ def make_plan(inputs, stage="full"):
     for name in order:
         nodes_check.check_node(name, inputs["nodes"][name], settings, [c["name"] for c in result["nodes"][name]["containers"]],
                                result["nodes"][name]["ports"], findings)
+    for name in order if settings["firewall"] else []:
+        firewall.check(name, inputs["nodes"][name], findings)
     nodes_check.check_balance(order, inputs["nodes"], settings, findings)
     nodes_check.check_devices(order, inputs["nodes"], device_paths(settings), findings)
     result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])

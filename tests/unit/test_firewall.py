@@ -1,5 +1,6 @@
 """firewall: the nftables table that lets only the cluster's nodes reach Ray's ports, checked by nft itself."""
 
+import os
 import shutil
 import subprocess
 
@@ -7,6 +8,7 @@ import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import firewall, plan_base
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODES = ["192.168.100.10", "192.168.100.11"]
 NFT = shutil.which("nft")
 
@@ -54,3 +56,18 @@ def test_nft_loads_the_ruleset_twice_into_one_table_and_touches_no_other(netns, 
     assert listed.count("table inet dgx_spark_vllm_dgx_spark") == 1 and "table ip someone_elses" in listed
     assert "tcp dport @ports ip saddr @nodes accept" in listed and "tcp dport @ports reject with tcp reset" in listed
     assert "6800-6805" in listed and "10001-10101" in listed and "6379" in listed
+
+
+def test_a_node_without_nft_is_refused_unless_the_firewall_is_off(tmp_path):
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles  # pylint: disable=import-outside-toplevel
+    from helpers import spark_inputs  # pylint: disable=import-outside-toplevel
+
+    profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
+    inputs = spark_inputs(profile, tmp_path)
+    inputs["nodes"]["spark2"]["state"] = {firewall.NFT: None}
+    found = planner.make_plan(inputs)["errors"]
+    assert [(e["host"], e["value"]) for e in found] == [("spark2", "/usr/sbin/nft")]
+    assert "install it (sudo apt install nftables), or set vllm_firewall: false" in found[0]["message"]
+    inputs["settings"]["firewall"] = False
+    plan = planner.make_plan(inputs)
+    assert plan["ok"] and plan["nodes"]["spark2"]["firewall"] is None
