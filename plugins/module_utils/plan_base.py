@@ -56,11 +56,12 @@ DEFAULT_SETTINGS = {
     "model_verify_checksums": False,
     "rsync_port": 8730,
     "image_build": False,               # the image role builds the image on the head (image_build)
-    "trust_remote_code_unpinned": False,
-    "firewall": True,                   # Ray's ports answer only the cluster's nodes (module_utils/firewall.py)  # allow --trust-remote-code with a revision that is not a commit (warned)
+    "trust_remote_code_unpinned": False,  # allow --trust-remote-code with a revision that is not a commit (warned)
+    "firewall": True,                   # Ray's ports answer only the cluster's nodes (module_utils/firewall.py)
 }
 INTEGERS = ("port", "ray_port", "master_port", "gpus_per_node", "rsync_port")
-BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned", "firewall")
+BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned",
+            "firewall")
 # The state folders of a node, under <state_dir>/<cluster>, each with its mode.
 STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("bin", "0755"), ("secrets", "0700"))
 

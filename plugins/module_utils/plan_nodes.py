@@ -82,8 +82,8 @@ def bind_address(settings, head, facts, findings):
     local = [a for a in resolved if addresses is None or a in addresses]
     if not local:
         findings.error(head, host, "%s's ansible_host %s resolves on %s to %s, none of them an address of %s (it has %s); set "
-                       "vllm_bind_address to the address users reach the endpoint at" % (head, host, head, ", ".join(resolved) or
-                                                                                             "nothing", head, ", ".join(addresses or [])))
+                       "vllm_bind_address to the address users reach the endpoint at"
+                       % (head, host, head, ", ".join(resolved) or "nothing", head, ", ".join(addresses or [])))
         return None, host
     if ipaddress.IPv4Address(local[0]).is_loopback:
         findings.warn("%s's ansible_host %s is a loopback address: the endpoint answers only on %s itself; set vllm_bind_address "

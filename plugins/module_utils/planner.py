@@ -41,8 +41,8 @@ def device_paths(settings):
 
 def probe_paths(paths):
     """The folders and files of a node's state the probe looks for (the plan writes what is missing or differs)."""
-    return [f["path"] for f in paths["folders"]] + [paths[k] for k in ("launcher", "non_carry_over_file", "firewall_rules",
-                                                                        "firewall_unit", "firewall_wants")] + [firewall.NFT]
+    files = ("launcher", "non_carry_over_file", "firewall_rules", "firewall_unit", "firewall_wants")
+    return [f["path"] for f in paths["folders"]] + [paths[k] for k in files] + [firewall.NFT]
 
 
 def state_writes(facts, paths, files):

@@ -17,8 +17,8 @@ PINNED = "0123456789abcdef0123456789abcdef01234567"
 
 
 def add_host(hosts, name, ip, group="spark_workers"):
-    hosts["spark_cluster"]["children"][group]["hosts"][name] = {"ansible_host": name + ".lan", "spark_fabric_ip": ip,
-                                                               "spark_fabric_interfaces": ["enp1s0f1np1"]}
+    hosts["spark_cluster"]["children"][group]["hosts"][name] = {
+        "ansible_host": name + ".lan", "spark_fabric_ip": ip, "spark_fabric_interfaces": ["enp1s0f1np1"]}
 
 
 def set_host(name, **values):

@@ -155,8 +155,8 @@ def test_ray_ports_answer_only_the_clusters_nodes_and_the_endpoint_only_with_its
     """Ray binds every interface; the collection's table lets only the cluster's fabric addresses in. The endpoint
     listens on the head's management address only and answers only with the key."""
     listening = node_docker_exec("sim-head", ["ss", "-H", "-t", "-l", "-n"])
-    workers = sorted(int(l.split()[3].rsplit(":", 1)[1]) for l in listening.splitlines()
-                     if 10002 <= int(l.split()[3].rsplit(":", 1)[1]) <= 10101)
+    ports = [int(row.split()[3].rsplit(":", 1)[1]) for row in listening.splitlines()]
+    workers = sorted(port for port in ports if 10002 <= port <= 10101)
     ray_ports = [6379, 6800, 6801, 10001] + workers[:1]
     assert workers, listening  # the head's Ray workers (vLLM's rank among them) listen in the pinned range
     for port in (6379, 6800, 6801):
