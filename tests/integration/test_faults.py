@@ -407,11 +407,12 @@ def test_unreachable_worker_stops_the_run_and_sim_then_serve_recover(client):
     (["-e", "vllm_gpu_memory_utilization=1.5"], "gpu_memory_utilization must be in (0, 1], got 1.5"),
     (["-e", "vllm_max_model_len=100000"], "max_model_len 100000 exceeds the model's 4096 tokens"),
     (["-e", "vllm_image=dgx-spark-sim/runtime:missing"], "The head sim-head does not hold dgx-spark-sim/runtime:missing"),
+    (["-e", '{"vllm_extra_flags": {"--api-key": "sk-not-here"}}'], "vllm_extra_flags carries --api-key, a secret"),
 ])
 def test_bad_input_is_refused_before_any_change(client, extra, message):
     before = every_container(client)
     rc, out = playbook("serve", *extra, log="faults-bad-input")
     assert rc != 0
-    assert message in out
+    assert message in out and "sk-not-here" not in out
     assert every_container(client) == before
     record("bad input", " ".join(extra[1:]), "refused before any change: " + message)
