@@ -53,8 +53,8 @@ def main(argv):
         lines.append(LOAD_HEAD)
         for row in loaded:
             load = row["load"]
-            lines.append("| %s | %d | %d | %d | %.1f | %.1f s |\n" % (row["name"], load["requests"], load["streaming"],
-                                                                   load["failed"], load["per_second"], load["outage_s"]))
+            lines.append("| %s | %d | %d | %d | %.1f | %.1f s |\n"
+                         % (row["name"], load["requests"], load["streaming"], load["failed"], load["per_second"], load["outage_s"]))
     with open(out, "w", encoding="utf-8") as handle:
         handle.writelines(lines)
     print("%s: %d rows" % (out, len(rows)))

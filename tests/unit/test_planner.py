@@ -520,7 +520,7 @@ def inventory_errors(profile_data, settings=None, overrides=None):
 
 @pytest.mark.parametrize("name", ["Spark_A", "-spark", "spark-", "a" * 41, "two words", "x/../y"])
 def test_a_cluster_name_that_cannot_name_containers_is_refused(m25, name):
-    found, _ = inventory_errors(m25, settings={"cluster_name": name})
+    found, dummy = inventory_errors(m25, settings={"cluster_name": name})
     assert found[0]["value"] == name and "vllm_cluster_name %r is not a valid cluster name" % name in found[0]["message"]
     assert "(for example dgx-spark)" in found[0]["message"]
 
@@ -528,7 +528,7 @@ def test_a_cluster_name_that_cannot_name_containers_is_refused(m25, name):
 @pytest.mark.parametrize("model_id", ["org/../../etc", "/models/../etc/passwd", "/etc/passwd", "..", "org/name/extra"])
 def test_a_model_id_that_leaves_the_models_folder_is_refused(m25, model_id):
     m25["model"]["id"] = model_id
-    found, _ = inventory_errors(m25)
+    found, dummy = inventory_errors(m25)
     assert [e["value"] for e in found] == [model_id]
     assert "model.id" in found[0]["message"] and found[0]["message"].endswith(("fix the id", "name it /models/<folder>"))
 
@@ -536,11 +536,11 @@ def test_a_model_id_that_leaves_the_models_folder_is_refused(m25, model_id):
 def test_trust_remote_code_needs_a_commit_or_an_explicit_unpinned_choice():
     unpinned = profile("minimax_m25_nvfp4_ep")
     assert unpinned["model"].get("revision") is None
-    found, _ = inventory_errors(unpinned)
+    found, dummy = inventory_errors(unpinned)
     assert len(found) == 1 and found[0]["value"] is None
     assert "sets --trust-remote-code, so every node runs lukealonso/MiniMax-M2.5-NVFP4's own Python" in found[0]["message"]
     assert "Set vllm_model_revision to the 40-character commit you reviewed" in found[0]["message"]
-    found, _ = inventory_errors(unpinned, overrides={"model_revision": "main"})
+    found, dummy = inventory_errors(unpinned, overrides={"model_revision": "main"})
     assert found[0]["value"] == "main"
     found, warned = inventory_errors(unpinned, settings={"trust_remote_code_unpinned": True})
     assert found == [] and "vllm_trust_remote_code_unpinned is set" in warned[0]
@@ -572,7 +572,7 @@ def test_every_interface_is_the_inventorys_choice_and_is_warned_about(tmp_path, 
     ("spark1.lan", "vllm_bind_address 'spark1.lan' is not an IPv4 address; give one of spark1's addresses, or 0.0.0.0"),
 ])
 def test_a_bind_address_the_head_does_not_have_is_refused(tmp_path, m25, given, expected):
-    plan, _ = bind_plan(tmp_path, m25, bind_address=given)
+    plan, dummy = bind_plan(tmp_path, m25, bind_address=given)
     assert plan["errors"][0]["host"] == "spark1" and expected in plan["errors"][0]["message"]
 
 
