@@ -58,10 +58,11 @@ def node_docker(node, root=SIM_ROOT):
 RELIABILITY = os.path.join(ROOT, "tests", "output", "reliability.jsonl")
 
 
-def record(kind, name, does, seconds=None):
+def record(kind, name, does, seconds=None, load=None):
     """One row of docs/reliability.md (scripts/reliability_table.py writes it from these rows): a fault or trap the
-    test injected (``kind``), what the collection did about it, and the time from injection to a served completion."""
+    test injected (``kind``), what the collection did about it, the time from injection to a served completion, and
+    what a load generator running meanwhile saw (tests/integration/load.py figures)."""
     os.makedirs(os.path.dirname(RELIABILITY), exist_ok=True)
+    row = {"kind": kind, "name": name, "does": does, "load": load, "seconds": None if seconds is None else round(seconds, 1)}
     with open(RELIABILITY, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps({"kind": kind, "name": name, "does": does,
-                                 "seconds": None if seconds is None else round(seconds, 1)}) + "\n")
+        handle.write(json.dumps(row) + chr(10))
