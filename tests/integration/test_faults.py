@@ -324,7 +324,7 @@ def answered_again(seconds=180):
 def test_a_worker_power_cycle_under_load_is_repaired_by_the_next_serve(client):
     """The worker loses power while 8 streams run; serve.yml brings the cluster back. The outage and the failed
     requests are measured, and every request succeeds again once it ends."""
-    with Load(api_key(), max_seconds=900) as load:
+    with Load(api_key(), max_requests=20000, max_seconds=900) as load:  # failures come fast: the time bounds it
         time.sleep(3)
         started = time.monotonic()
         sim("faults-sim-reboot-under-load", None, "-e", "sim_reboot=sim-worker1")
@@ -342,7 +342,9 @@ def test_a_worker_power_cycle_under_load_is_repaired_by_the_next_serve(client):
 def test_an_image_removed_on_a_worker_is_sent_again_by_the_next_serve(client):
     image = "dgx-spark-sim/runtime:sim"
     started = time.monotonic()
-    worker().containers.get(WORKER_RAY).remove(force=True)  # a prune after the container was gone
+    stopped = worker().containers.get(WORKER_RAY)  # stopped as a user does (a hard kill would pin its rank's memory)
+    stopped.stop(timeout=60)
+    stopped.remove()  # then a prune, the container gone
     worker().images.remove(image, force=True)
     rc, out = playbook("serve", log="faults-serve-image-removed", check=True)
     assert "sim-worker1" in out and worker().images.get(image).id == head().images.get(image).id
