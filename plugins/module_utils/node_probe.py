@@ -97,10 +97,13 @@ def image(run, image_name, the_id, docker="docker", gpus=None, cache_dir=None, w
     info = ii.parse_probe_output(rc, out, err, image_name)
     info.update(image=image_name, id=the_id, cached=False)
     if cache and write_cache:
-        os.makedirs(cache_dir, exist_ok=True)
-        with open(cache + ".tmp", "w", encoding="utf-8") as handle:
-            json.dump(info, handle)
-        os.replace(cache + ".tmp", cache)
+        try:  # only a cache: a full disk (which the plan then names) must not stop the probe
+            os.makedirs(cache_dir, exist_ok=True)
+            with open(cache + ".tmp", "w", encoding="utf-8") as handle:
+                json.dump(info, handle)
+            os.replace(cache + ".tmp", cache)
+        except OSError:
+            pass
     return info
 
 
@@ -115,7 +118,22 @@ def docker_info(run, docker="docker"):
         return None
     if not info.get("ServerVersion"):
         return None
-    return {"version": info["ServerVersion"], "runtimes": sorted(info.get("Runtimes") or {})}
+    return {"version": info["ServerVersion"], "runtimes": sorted(info.get("Runtimes") or {}), "root_dir": info.get("DockerRootDir")}
+
+
+def free_space(paths):
+    """Free bytes on the filesystem of each of ``paths`` (of its nearest existing folder, for one not made yet):
+    {path: {"at": folder, "free_bytes": n}}; a path with no existing folder above it is left out."""
+    found = {}
+    for path in paths:
+        folder = path
+        while folder and not os.path.isdir(folder):
+            parent = os.path.dirname(folder)
+            folder = None if parent == folder else parent
+        if folder:
+            st = os.statvfs(folder)
+            found[path] = {"at": folder, "free_bytes": st.f_bavail * st.f_frsize}
+    return found
 
 
 def addresses(run):

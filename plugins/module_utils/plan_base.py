@@ -53,6 +53,7 @@ DEFAULT_SETTINGS = {
     "balance_tolerance_gib": 8,         # fact 4: free memory may differ this much across nodes
     "hf_endpoint": None,
     "model_disk_reserve_gb": 2,
+    "launch_disk_reserve_gb": 2,        # free space a launch needs on the state folder's and Docker's filesystems
     "model_verify_checksums": False,
     "rsync_port": 8730,
     "image_build": False,               # the image role builds the image on the head (image_build)

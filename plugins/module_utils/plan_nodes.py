@@ -11,6 +11,7 @@ import ipaddress
 import json
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import parity
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.model_files import human
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import LABEL
 
@@ -133,6 +134,7 @@ def check_node(name, facts, settings, planned_names, ports, findings):
     if orphans:
         findings.error(name, orphans, "%s: vLLM engine processes outlived their server and still hold memory: %s. Stop them "
                        "(playbooks/teardown.yml, or kill -TERM those PIDs), then run again" % (name, ", ".join(map(str, orphans))))
+    check_disk(name, facts, settings, findings)
     containers = probed_containers(facts) or []
     impostors = sorted(c["name"] for c in containers
                        if c.get("name") in planned_names and (c.get("labels") or {}).get(LABEL + ".managed") != "true")
@@ -146,6 +148,22 @@ def check_node(name, facts, settings, planned_names, ports, findings):
         findings.error(name, taken, "%s: port(s) %s are held by a program this collection did not start (none of its containers "
                        "runs here). Stop it (ss -ltnp shows which), or choose other ports (vllm_port), then run again"
                        % (name, ", ".join(map(str, taken))))
+
+
+def check_disk(name, facts, settings, findings):
+    """The filesystems a launch writes to (the state folder: vLLM's log and the run files; Docker's data root: Ray's
+    session files and vLLM's compile caches, inside the containers) keep the launch's reserve free. A full one fails
+    the launch half-way, or later with "No space left on device" in a log nobody reads."""
+    reserve = int(float(settings["launch_disk_reserve_gb"]) * 1e9)
+    short = {}
+    for path, found in sorted((facts.get("disk") or {}).items()):
+        if int(found.get("free_bytes") or 0) < reserve:
+            short.setdefault((found.get("at"), found.get("free_bytes")), []).append(path)
+    for (dummy, free), paths in sorted(short.items(), key=lambda item: item[1]):
+        findings.error(name, free, "%s: the filesystem of %s has %s free, and a launch needs %s there (vLLM's log and run "
+                       "files; on Docker's data root, Ray's session files and compile caches). Free space on it (docker "
+                       "system prune for Docker's), or lower vllm_launch_disk_reserve_gb, then run again"
+                       % (name, " and ".join(paths), human(int(free or 0)), human(reserve)))
 
 
 def check_balance(order, nodes, settings, findings):

@@ -101,6 +101,13 @@ options:
       - A name to resolve on the node (the head's C(ansible_host)); RV(resolved) lists its IPv4 addresses. The endpoint
         binds to that address unless C(vllm_bind_address) says otherwise, and only the node's own resolver knows it.
     type: str
+  disk:
+    description:
+      - Folders the launch writes to (the cluster's state folder); RV(disk) gives the free space of each one's filesystem,
+        and of Docker's data root, where Ray's session files and vLLM's compile caches grow inside the containers.
+    type: list
+    elements: path
+    default: []
 """
 
 EXAMPLES = r"""
@@ -121,7 +128,7 @@ roce:
   type: dict
   returned: always
 docker:
-  description: Docker's C(version) and C(runtimes); null when no daemon answers.
+  description: Docker's C(version), C(runtimes) and C(root_dir) (its data root); null when no daemon answers.
   type: dict
   returned: always
 image_id:
@@ -179,6 +186,11 @@ addresses:
   type: list
   elements: str
   returned: always
+disk:
+  description: For each of O(disk) and Docker's data root, C(at) (the nearest existing folder) and C(free_bytes) there.
+  type: dict
+  returned: always
+  sample: {"/var/lib/dgx-spark-vllm/dgx-spark": {"at": "/var/lib/dgx-spark-vllm", "free_bytes": 812345344}}
 resolved:
   description: The IPv4 addresses O(resolve) resolves to on the node, in the resolver's order; null without O(resolve).
   type: list
@@ -218,6 +230,7 @@ def main():
             ray_container=dict(type="str"),
             docker=dict(type="str", default="docker"),
             resolve=dict(type="str"),
+            disk=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -240,6 +253,7 @@ def main():
                   listening=node_probe.lines(runner, ["ss", "-H", "-t", "-l", "-n"]), vllm=None, model_config=None, weights_bytes=None,
                   state=node_probe.state(p["paths"]), devices=node_probe.devices(p["devices"]),
                   addresses=node_probe.addresses(runner), resolved=node_probe.resolve(p["resolve"]) if p["resolve"] else None)
+    result["disk"] = node_probe.free_space(list(p["disk"]) + [d for d in [(result["docker"] or {}).get("root_dir")] if d])
     if result["docker"] is not None:
         result["docker_ps"] = node_probe.lines(runner, [docker, "ps", "--all", "--no-trunc", "--format", "{{json .}}"])
         existing = set(result["docker_ps"])

@@ -310,6 +310,53 @@ def test_head_killed_during_launch_fails_at_once_and_the_next_run_recovers(clien
            "power cycle serve recovers", time.monotonic() - killed)
 
 
+def test_head_killed_while_serving_leaves_the_workers_ray_stale_and_the_next_runs_clean_it_up(client):
+    """docker kill of the head's container while it serves: the worker's Ray is left joined to a dead head (a stale
+    session of our own). The head's ranks were killed hard (pinned on a GB10), so serve names the reboot; after it, serve
+    starts the head and restarts the worker's stale Ray."""
+    started = time.monotonic()
+    head().containers.get(HEAD_RAY).kill()
+    assert worker().containers.get(WORKER_RAY).status == "running"  # still joined to the head that is gone
+    rc, out = playbook("status", log="faults-status-head-killed")
+    assert rc != 0 and "sim-head (10.210.0.10): dgx-spark-ray-sim-head exited" in out
+    rc, out = playbook("serve", log="faults-serve-head-killed")
+    assert rc != 0 and "reboot sim-head before launching" in out
+    sim("faults-sim-reboot-head-serving", None, "-e", "sim_reboot=sim-head")
+    rc, out = playbook("serve", log="faults-serve-after-head-killed", check=True)
+    changes = [line for line in out.splitlines() if "Changes:" in line]
+    assert any("sim-head: start dgx-spark-ray-sim-head" in line for line in changes), changes
+    assert any("sim-worker1: restart dgx-spark-ray-sim-worker1" in line or "sim-worker1: start dgx-spark-ray-sim-worker1" in line
+               for line in changes), changes  # its Ray, joined to the dead head, is started again
+    assert chat() == 200
+    elapsed = time.monotonic() - started
+    record("fault", "head container killed hard (docker kill) while serving",
+           "status names it; serve refuses the pinned memory and names the reboot; after the power cycle serve recovers", elapsed)
+    record("fault", "a stale Ray session from our own dead head (the worker's Ray still joined to it)",
+           "serve starts the head and restarts the worker's Ray, then vLLM", elapsed)
+
+
+def test_a_full_disk_on_the_head_is_refused_before_any_change_and_the_next_run_serves(client):
+    """The head's state folder on a 16 MB filesystem, filled (a tmpfs: this machine's disk is never filled)."""
+    started = time.monotonic()
+    playbook("teardown", log="faults-teardown-for-disk", check=True)
+    sim("faults-sim-disk-full", {"disk_full": ["sim-head"]})
+    state = "/var/lib/dgx-spark-vllm/dgx-spark"
+    seen = head().containers.run("dgx-spark-sim/runtime:sim", ["df", "-P", "-k", "/x"], entrypoint=[], remove=True,
+                                 volumes=[state + ":/x"]).decode().splitlines()[-1].split()
+    assert node_shell(client, "sim-head", "df -P -k " + state).splitlines()[-1].split()[1:4] == seen[1:4] == ["16384", "16384", "0"]
+    before = every_container(client)
+    rc, out = playbook("serve", log="faults-serve-disk-full")
+    assert rc != 0
+    assert ("sim-head: the filesystem of %s has 0 B free, and a launch needs 2.0 GB there" % state) in " ".join(out.split())
+    assert every_container(client) == before and our_containers() == []
+    sim("faults-sim-disk-freed")
+    playbook("serve", log="faults-serve-disk-freed", check=True)
+    assert chat() == 200
+    record("fault", "the head's disk full at launch (a 16 MB filesystem on its state folder, filled)",
+           "refused before any change, naming the node, the folder, its free space and the reserve; once space is freed, "
+           "serve serves", time.monotonic() - started)
+
+
 def answered_again(seconds=180):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

@@ -24,8 +24,14 @@ def runner(answers):
 
 def test_docker_info_gives_version_and_runtimes():
     run = runner([(["docker", "info"], (0, read_fixture("docker", "info-sim.json"), ""))])
-    assert node_probe.docker_info(run) == {"version": "20.10.24+dfsg1",
+    assert node_probe.docker_info(run) == {"version": "20.10.24+dfsg1", "root_dir": "/var/lib/docker",
                                            "runtimes": ["io.containerd.runc.v2", "io.containerd.runtime.v1.linux", "runc"]}
+
+
+def test_free_space_reads_the_nearest_existing_folder(tmp_path):
+    found = node_probe.free_space([str(tmp_path / "dgx-spark" / "logs"), str(tmp_path)])
+    assert found[str(tmp_path / "dgx-spark" / "logs")]["at"] == str(tmp_path)  # not made yet: its parent's filesystem
+    assert found[str(tmp_path)]["free_bytes"] > 0
 
 
 def test_no_daemon_is_none():

@@ -169,3 +169,18 @@ def test_a_rank_of_this_cluster_counts_as_free_memory_for_the_balance():
     plan_nodes.check_balance(["a", "b"], {"a": probed(docker_ps=[]), "b": probed(memory=held, docker_ps=[])},
                              normalize_settings({}), findings)
     assert "free memory is unbalanced across nodes (a 117.3 GiB, b 81.3 GiB)" in messages(findings)[0]
+
+
+def test_a_full_disk_is_refused_naming_the_node_the_folders_and_the_reserve():
+    findings = Findings()
+    disk = {"/var/lib/dgx-spark-vllm/dgx-spark": {"at": "/var/lib/dgx-spark-vllm/dgx-spark", "free_bytes": 0},
+            "/var/lib/docker": {"at": "/var/lib/docker", "free_bytes": 900 * 10 ** 9}}
+    plan_nodes.check_node("spark1", probed(disk=disk), normalize_settings({"simulated": True}), [], [], findings)
+    assert messages(findings) == [
+        "spark1: the filesystem of /var/lib/dgx-spark-vllm/dgx-spark has 0 B free, and a launch needs 2.0 GB there (vLLM's log "
+        "and run files; on Docker's data root, Ray's session files and compile caches). Free space on it (docker system prune "
+        "for Docker's), or lower vllm_launch_disk_reserve_gb, then run again"]
+    lowered = Findings()
+    plan_nodes.check_node("spark1", probed(disk=disk), normalize_settings({"simulated": True, "launch_disk_reserve_gb": 0}),
+                          [], [], lowered)
+    assert messages(lowered) == []

@@ -169,7 +169,7 @@ def start(p, node, container_pid, addresses):
               '&& exec "$@"' % SPARK_STATE)
     argv = ["nsenter", "--net=/proc/%d/ns/net" % container_pid, "--uts=/proc/%d/ns/uts" % container_pid,
             "--ipc=/proc/%d/ns/ipc" % container_pid, "--pid=/proc/%d/ns/pid" % container_pid, "--",
-            "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", p["var"], p["dev"], p["hosts"],
+            "unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script, "sh", p["var"], p["dev"], p["hosts"],
             p["shm"],
             "dockerd", "--data-root", p["data"], "--exec-root", p["exec"], "--pidfile", p["pidfile"],
             "--host", "unix://" + p["sock"], "--add-runtime", "nvidia=runc", "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"]

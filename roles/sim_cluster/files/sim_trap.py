@@ -8,12 +8,16 @@
                                              kill: a GB10 keeps their ranks' memory pinned until a reboot)
     sim_trap.py missing-env SOCK VAR         make the node's Ray or vLLM container of the collection again, the same in
                                              every way (labels and config hash too) but without VAR, as a hand-made fix
+    sim_trap.py disk-full FOLDER MB          mount a filesystem of MB megabytes (a tmpfs, so this machine's disk is never
+                                             filled) on the node's FOLDER and fill it; MB 0 unmounts it. The node's disk
+                                             is a shared mount (node.yml): the node and its daemon see it at once
 
 Each prints {"changed": bool} and fails with a message naming the node's daemon and what is missing.
 """
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -88,12 +92,48 @@ def missing_env(sock, variable):
     return True
 
 
+DISK_FULL = "dgx-spark-sim-disk-full"  # the filesystem's source name: only a mount of ours is ever unmounted
+
+
+def mounted_here(folder):
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        for line in handle:
+            fields = line.split()
+            source = fields[fields.index("-") + 2]
+            if fields[4] == folder and source == DISK_FULL:
+                return True
+    return False
+
+
+def disk_full(folder, megabytes):
+    folder = os.path.realpath(folder)
+    if megabytes <= 0:
+        if not mounted_here(folder):
+            return False
+        subprocess.run(["umount", folder], check=True)
+        return True
+    if mounted_here(folder):
+        return False
+    os.makedirs(folder, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm,mode=0755" % megabytes, DISK_FULL, folder], check=True)
+    with open(os.path.join(folder, ".disk-full"), "wb") as handle:  # fill it: every block taken
+        try:
+            while True:
+                handle.write(b"\0" * 1048576)
+                handle.flush()
+        except OSError:
+            pass
+    return True
+
+
 def main(argv):
     action = argv[1]
     if action == "memory":
         changed = memory(int(argv[2]), argv[3], int(argv[4]))
     elif action == "hard-kill":
         changed = hard_kill(argv[2])
+    elif action == "disk-full":
+        changed = disk_full(argv[2], int(argv[3]))
     elif action == "missing-env":
         changed = missing_env(argv[2], argv[3])
     else:
