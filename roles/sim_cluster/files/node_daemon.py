@@ -5,7 +5,8 @@
 A Spark has one Docker daemon; so does each simulated node. Its dockerd runs here (a container may not run one
 without --privileged), entered into the node container's network, UTS, IPC and PID namespaces with nsenter (not `ip
 netns exec`, which remounts /sys and hides the cgroups: "Devices cgroup isn't mounted"), in a mount namespace of its
-own with a /proc of the node's PID namespace, where the node's folders sit at a Spark's paths:
+own (a slave of this machine's, so a filesystem mounted later into the node's shared disk folder reaches it, as the
+disk_full trap's does) with a /proc of the node's PID namespace, where the node's folders sit at a Spark's paths:
 
     <root>/nodes/<node>/var             -> /var/lib/dgx-spark-vllm   (state and models, as the node sees them too)
     <root>/nodes/<node>/dev/infiniband  -> /dev/infiniband           (stand-in device nodes, for --device)
