@@ -45,25 +45,29 @@ def probe_paths(paths):
     return [f["path"] for f in paths["folders"]] + [paths[k] for k in files] + [firewall.NFT]
 
 
+def differs(found, path, content):
+    """The node's file at ``path`` (as the probe's state read it: its sha256, or None) is not ``content``; a node not
+    probed (``found`` None) differs in everything."""
+    return found is None or found.get(path) != hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
 def state_writes(facts, paths, files):
     """The folders the node lacks and the files whose content differs from the plan's (all, when not probed)."""
     found = facts.get("state")
     if found is None:
         return {"folders": paths["folders"], "files": files}
     return {"folders": [f for f in paths["folders"] if found.get(f["path"]) != "dir"],
-            "files": [f for f in files if found.get(f["path"]) != hashlib.sha256(f["content"].encode("utf-8")).hexdigest()]}
+            "files": [f for f in files if differs(found, f["path"], f["content"])]}
 
 
 def firewall_writes(facts, planned):
-    """The firewall's files whose content differs, and whether its unit must be enabled; the table is (re)loaded when
-    either changes (a node not probed gets both)."""
+    """The firewall's files whose content differs, and whether its unit must be enabled (its link, read through, holds
+    the unit's content); the table is (re)loaded when either changes (a node not probed gets both)."""
     if planned is None:
         return {"files": [], "enable": False}
     found = facts.get("state")
-    files = planned["files"] if found is None else [
-        f for f in planned["files"] if found.get(f["path"]) != hashlib.sha256(f["content"].encode("utf-8")).hexdigest()]
-    enable = found is None or found.get(planned["wants"]) != hashlib.sha256(planned["files"][1]["content"].encode("utf-8")).hexdigest()
-    return {"files": files, "enable": enable}
+    return {"files": [f for f in planned["files"] if differs(found, f["path"], f["content"])],
+            "enable": differs(found, planned["wants"], planned["files"][1]["content"])}
 
 
 def cluster_paths(inputs):
