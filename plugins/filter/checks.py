@@ -5,10 +5,8 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files, nccl_log, parity, status
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.ring import RingError, links_of
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.ring import failures as ring_failures_of
 
 
 def env_parity(planned, actual, what="container"):
@@ -54,11 +52,8 @@ def rsync_summary(results):
     return model_files.copy_summary(results)
 
 
-def ring_links(links, host):
-    try:
-        return links_of(links, host)
-    except RingError as exc:
-        raise AnsibleFilterError(str(exc))
+def ring_failures(report):
+    return ring_failures_of(report)
 
 
 class FilterModule:
@@ -75,5 +70,5 @@ class FilterModule:
             "status_node": status_node,
             "human_bytes": human_bytes,
             "rsync_summary": rsync_summary,
-            "ring_links": ring_links,
+            "ring_failures": ring_failures,
         }

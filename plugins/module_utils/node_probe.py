@@ -136,8 +136,9 @@ def free_space(paths):
     return found
 
 
-def addresses(run):
-    """The node's IPv4 addresses (``ip -j -4 addr show``), or None when ``ip`` could not tell."""
+def interfaces(run):
+    """The node's interfaces with their IPv4 addresses, ``{ifname: ["10.0.0.11/24", ...]}`` (``ip -j -4 addr show``),
+    or None when ``ip`` could not tell."""
     rc, out, dummy = run(["ip", "-j", "-4", "addr", "show"])
     if rc != 0:
         return None
@@ -145,7 +146,25 @@ def addresses(run):
         links = json.loads(out or "[]")
     except ValueError:
         return None
-    return sorted({a["local"] for link in links for a in link.get("addr_info") or [] if a.get("family") == "inet" and a.get("local")})
+    return {link["ifname"]: ["%s/%s" % (a["local"], a.get("prefixlen", 32)) for a in link.get("addr_info") or []
+                             if a.get("family") == "inet" and a.get("local")]
+            for link in links if link.get("ifname")}
+
+
+def addresses(found):
+    """The IPv4 addresses of ``interfaces``' result, sorted; None when it is None."""
+    if found is None:
+        return None
+    return sorted({cidr.split("/")[0] for cidrs in found.values() for cidr in cidrs})
+
+
+def connection_interface(found, ssh_connection):
+    """The interface whose address the Ansible connection arrived at (the third field of SSH_CONNECTION), or None for a
+    local connection or an address no interface holds."""
+    fields = (ssh_connection or "").split()
+    if len(fields) < 3 or not found:
+        return None
+    return next((ifname for ifname, cidrs in sorted(found.items()) if any(c.split("/")[0] == fields[2] for c in cidrs)), None)
 
 
 def resolve(name):

@@ -139,7 +139,9 @@ def node_paths(settings, node, model_id):
         "rsync_secrets": state + "/secrets/rsyncd.secrets",
         "rsync_password": state + "/secrets/rsync.password",   # a worker's side of the copy's one-time secret
         "rsync_log": state + "/logs/rsyncd.log",
-        "ring_netplan": state + "/run/60-dgx-spark-ring.yaml",
+        "ring_netplan": "/etc/netplan/60-dgx-spark-%s-ring.yaml" % settings["cluster_name"],
+        "ring_netplan_copy": state + "/config/ring-netplan.yaml",  # what was confirmed, readable by the probe
+        "ring_try": state + "/run/ring-try",
         "firewall_rules": state + "/config/firewall.nft",
         "firewall_unit": "%s/%s" % (firewall.UNIT_DIR, firewall.unit_name(settings["cluster_name"])),
         "firewall_wants": "%s/multi-user.target.wants/%s" % (firewall.UNIT_DIR, firewall.unit_name(settings["cluster_name"])),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.nccl_env import NcclEnvError, nccl_env
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import MODELS_MOUNT, STATE_MOUNT
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.ring import RingError, prefix_len
 
 # Names vLLM's Ray executor must never copy from the driver over a worker's own value (fact 7).
 ALWAYS_NODE_LOCAL = ("VLLM_HOST_IP",)
@@ -49,13 +48,7 @@ def transport(inputs, findings):
 def node_environment(inputs, findings, use_roce):
     """Per-node environment (fact 6, 8): VLLM_HOST_IP and the NCCL/Gloo/UCX settings of that node."""
     settings = inputs["settings"]
-    ring = settings.get("ring") or {}
-    if ring and not ring.get("subnet_prefix_len"):
-        try:
-            ring = dict(ring, subnet_prefix_len=prefix_len(ring.get("links")))
-        except (RingError, ValueError, KeyError, TypeError) as exc:
-            findings.error("all", ring, "spark_fabric_ring: %s" % exc)
-            ring = dict(ring, subnet_prefix_len=24)
+    ring = inputs.get("ring") or {}  # the planned ring (plan_inventory.ring_plan): its links' one prefix length
     env_by_node = {}
     for name in inputs["order"]:
         node = inputs["nodes"][name]
@@ -67,7 +60,7 @@ def node_environment(inputs, findings, use_roce):
             roce = {"nccl_ib_hca": "<ACTIVE RoCE ports, probed on %s>" % name, "nccl_gid_index": "<probed on %s>" % name}
         try:
             env.update(nccl_env(roce, socket_ifname=ifname, strict=settings["nccl_strict"] and settings["nccl_transport"] != "socket", ring=bool(ring),
-                                subnet_prefix_len=ring.get("subnet_prefix_len", 24), roce_enabled=use_roce, host=name))
+                                subnet_prefix_len=ring.get("prefix_len", 24), roce_enabled=use_roce, host=name))
         except NcclEnvError as exc:
             findings.error(name, ifname, str(exc))
         env_by_node[name] = env

@@ -9,6 +9,8 @@ import ipaddress
 import posixpath
 import re
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import ring as ring_links
+
 # A cluster name becomes part of container names, folders and the firewall table's name (docs/security.md).
 CLUSTER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 # A Hugging Face repository id (org/name); the hub's own rule, without "..", which would leave the models folder.
@@ -172,3 +174,25 @@ def check_secrets(inputs, findings):
                 findings.error("all", key, "vllm_%s carries %s, a secret: it would be %s and in plan.json. Give it with %s instead "
                                "(a credential or Ansible Vault); nothing was changed"
                                % (variable, key, where, SECRET_HOMES.get(key, "a variable the collection keeps in a 0600 file")))
+
+
+def ring_plan(inputs, findings):
+    """A switchless ring (spark_fabric_ring): every problem named (ring.check, with the probed connection interfaces
+    and networks once the nodes are read), else its links, addresses and each node's ends; None without a ring."""
+    given = inputs["settings"].get("ring")
+    if not given:
+        return None
+    nodes = inputs.get("nodes") or {}
+    order = inputs.get("order", [])
+    connection = {n: nodes[n]["connection_interface"] for n in order if (nodes.get(n) or {}).get("connection_interface")}
+    networks = {n: nodes[n]["interfaces"] for n in order if (nodes.get(n) or {}).get("interfaces")}
+    problems = ring_links.check(given, order, connection, networks)
+    for host, value, message in problems:
+        findings.error(host, value, message)
+    if problems:
+        return None
+    try:
+        return ring_links.plan(given, order, networks)
+    except ring_links.RingError as exc:
+        findings.error("all", given.get("subnet_pool"), str(exc))
+        return None

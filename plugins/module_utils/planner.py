@@ -27,10 +27,11 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils import firewall
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_commands as commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as environment
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_nodes as nodes_check
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import ring as ring_links
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import (
     LABEL, Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_inventory import (
-    check_head, check_inventory, check_model, parallel_sizes, utilization)
+    check_head, check_inventory, check_model, parallel_sizes, ring_plan, utilization)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_memory import memory
 
 
@@ -41,7 +42,7 @@ def device_paths(settings):
 
 def probe_paths(paths):
     """The folders and files of a node's state the probe looks for (the plan writes what is missing or differs)."""
-    files = ("launcher", "non_carry_over_file", "firewall_rules", "firewall_unit", "firewall_wants")
+    files = ("launcher", "non_carry_over_file", "firewall_rules", "firewall_unit", "firewall_wants", "ring_netplan_copy")
     return [f["path"] for f in paths["folders"]] + [paths[k] for k in files] + [firewall.NFT]
 
 
@@ -96,6 +97,7 @@ def make_plan(inputs, stage="full"):
     findings = Findings()
     check_inventory(inputs, findings)
     check_model(inputs, findings)
+    inputs["ring"] = ring_plan(inputs, findings)
     order, head = inputs.get("order", []), (inputs.get("head_hosts") or [None])[0]
     for facts in inputs["nodes"].values():  # docker ps is parsed once; every check reads the containers
         if "docker_ps" in facts and "containers" not in facts:
@@ -212,6 +214,7 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     entry["writes"] = state_writes(inputs["nodes"][name], paths, commands.state_files(inputs, paths, cluster["non_carry_over_env_vars"]))
     entry["firewall"] = firewall.plan(settings, backend, cluster["expected_ips"], paths) if settings["firewall"] else None
     entry["writes"]["firewall"] = firewall_writes(inputs["nodes"][name], entry["firewall"])
+    entry["ring"] = ring_node(inputs, name, paths)
     if is_head or backend == "mp":
         entry["serve"] = {"container": spec["name"], "argv": argv, "command": [commands.LAUNCHER] + argv[2:],
                           "log": commands.VLLM_LOG if backend == "ray" else None, "config_hash": node_hash}
@@ -224,6 +227,19 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
                       "hosts_allow": " ".join(ip for ip in cluster["expected_ips"] if ip != fabric_ip),
                       "max_connections": len(cluster["expected_ips"])}}
     return entry
+
+
+def ring_node(inputs, name, paths):
+    """A node's ring links (its two ends) and its netplan: what the fabric role installs, validates, applies with a
+    rollback armed, and proves by pinging every link; ``changed`` when the node's netplan differs (or was not read)."""
+    planned = inputs.get("ring")
+    if not planned:
+        return None
+    content = ring_links.netplan(planned["ends"][name], planned["mtu"])
+    found = (inputs["nodes"][name].get("state") or {}).get(paths["ring_netplan_copy"], False)
+    return {"ends": planned["ends"][name], "mtu": planned["mtu"], "prefix_len": planned["prefix_len"],
+            "netplan": {"path": paths["ring_netplan"], "content": content, "mode": "0600",
+                        "changed": found != hashlib.sha256(content.encode("utf-8")).hexdigest()}}
 
 
 def decide_changes(inputs, nodes, cluster, head):

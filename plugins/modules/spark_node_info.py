@@ -181,6 +181,17 @@ devices:
   type: dict
   returned: always
   sample: {"/dev/infiniband": ["rdma_cm", "uverbs0", "uverbs1", "uverbs2", "uverbs3"]}
+interfaces:
+  description: The node's interfaces with their IPv4 addresses and prefixes (C(ip -j -4 addr show)); null when C(ip) could not tell.
+  type: dict
+  returned: always
+  sample: {"enP7s7": ["10.0.0.11/24"], "enp1s0f0np0": ["192.168.10.1/24"], "lo": ["127.0.0.1/8"]}
+connection_interface:
+  description:
+    - The interface the Ansible connection arrived on (the address in C(SSH_CONNECTION)); null for a local connection. A
+      ring link there would cut the operator off the node.
+  type: str
+  returned: always
 addresses:
   description: The node's IPv4 addresses (C(ip -j -4 addr show)); null when C(ip) could not tell.
   type: list
@@ -248,11 +259,14 @@ def main():
         roce = node_probe.roce(p["sysfs_root"], module.warn)
     except ProbeError as exc:
         module.fail_json(msg=str(exc))
+    found_interfaces = node_probe.interfaces(runner)
     result = dict(changed=False, memory=memory, roce=roce,
                   docker=node_probe.docker_info(runner, docker), image_id=None, image=None, docker_ps=[], container_env={},
                   listening=node_probe.lines(runner, ["ss", "-H", "-t", "-l", "-n"]), vllm=None, model_config=None, weights_bytes=None,
                   state=node_probe.state(p["paths"]), devices=node_probe.devices(p["devices"]),
-                  addresses=node_probe.addresses(runner), resolved=node_probe.resolve(p["resolve"]) if p["resolve"] else None)
+                  interfaces=found_interfaces, addresses=node_probe.addresses(found_interfaces),
+                  connection_interface=node_probe.connection_interface(found_interfaces, os.environ.get("SSH_CONNECTION")),
+                  resolved=node_probe.resolve(p["resolve"]) if p["resolve"] else None)
     result["disk"] = node_probe.free_space(list(p["disk"]) + [d for d in [(result["docker"] or {}).get("root_dir")] if d])
     if result["docker"] is not None:
         result["docker_ps"] = node_probe.lines(runner, [docker, "ps", "--all", "--no-trunc", "--format", "{{json .}}"])

@@ -1,8 +1,5 @@
 """The verification filters (plugins/filter/checks.py): thin adapters of module_utils, errors as filter errors."""
 
-import pytest
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.dgx_spark.vllm.plugins.filter import checks
 
 from helpers import read_fixture
@@ -10,7 +7,7 @@ from helpers import read_fixture
 
 def test_every_filter_is_registered():
     assert set(checks.FilterModule().filters()) == {"env_parity", "docker_env", "environ_dump", "started_env", "nccl_transport",
-                                                    "status_report", "status_node", "human_bytes", "rsync_summary", "ring_links"}
+                                                    "status_report", "status_node", "human_bytes", "rsync_summary", "ring_failures"}
 
 
 def test_started_env_reads_what_docker_container_returned_and_skips_kept_ones():
@@ -25,9 +22,17 @@ def test_docker_env_and_parity():
     assert "a: VLLM_HOST_IP is '10.0.0.1' in the container, planned '10.0.0.2'" in checks.env_parity(planned, {"a": env})[0]
 
 
-def test_ring_links_errors_are_filter_errors():
-    with pytest.raises(AnsibleFilterError, match="ring link 0"):
-        checks.ring_links([{"subnet": "192.168.10.1/30", "a": "s1"}], "s1")
+def test_ring_failures_name_each_failed_link_once_with_its_ends_and_the_silent_nodes():
+    end = {"link": "s1:p0 <-> s2:p1", "interface": "p0", "peer": "s2", "peer_address": "192.168.10.2"}
+    back = {"link": "s1:p0 <-> s2:p1", "interface": "p1", "peer": "s1", "peer_address": "192.168.10.1"}
+    report = {"s1": {"results": [{"item": end, "rc": 1}]}, "s2": {"results": [{"item": back, "rc": 1}]}, "s3": {},
+              "__answering__": ["s1", "s2"]}
+    assert checks.ring_failures(report) == [
+        "s3 stopped answering over SSH after its ring netplan was applied; its own timer puts the previous one back",
+        "link s1:p0 <-> s2:p1: s1 p0 got no answer from s2 at 192.168.10.2; s2 p1 got no answer from s1 at 192.168.10.1, to a "
+        "9000-byte ping that may not be fragmented. Check that cable (plugged into those two ports, the link up: ip link), and "
+        "the MTU on both ports"]
+    assert checks.ring_failures({"s1": {"results": [{"item": end, "rc": 0}]}, "__answering__": ["s1"]}) == []
 
 
 def test_nccl_transport_of_a_captured_fallback_and_byte_counts():

@@ -101,8 +101,13 @@ def test_devices_lists_the_device_nodes_of_each_path(tmp_path):
 def test_addresses_are_the_nodes_ipv4_addresses():
     captured = read_fixture("ip", "machine-with-bridges.json")  # `ip -j -4 addr show` on a machine with Docker bridges
     run = runner([(["ip", "-j", "-4", "addr", "show"], (0, captured, ""))])
-    assert node_probe.addresses(run) == ["10.209.0.1", "10.210.0.1", "127.0.0.1", "172.17.0.1", "192.0.2.2"]
-    assert node_probe.addresses(runner([])) is None  # no ip: unknown, not "none"
+    found = node_probe.interfaces(run)
+    assert node_probe.addresses(found) == ["10.209.0.1", "10.210.0.1", "127.0.0.1", "172.17.0.1", "192.0.2.2"]
+    assert found["lo"] == ["127.0.0.1/8"]
+    assert node_probe.interfaces(runner([])) is None and node_probe.addresses(None) is None  # no ip: unknown, not "none"
+    owner = [name for name, cidrs in found.items() if any(c.startswith("10.209.0.1/") for c in cidrs)][0]
+    assert node_probe.connection_interface(found, "10.209.0.99 51234 10.209.0.1 22") == owner  # SSH_CONNECTION's server address
+    assert node_probe.connection_interface(found, None) is None  # a local connection
 
 
 def test_resolve_uses_the_nodes_resolver():
