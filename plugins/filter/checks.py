@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files, nccl_log, parity, status
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.ring import failures as ring_failures_of
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import ring
 
 
 def env_parity(planned, actual, what="container"):
@@ -53,7 +53,13 @@ def rsync_summary(results):
 
 
 def ring_failures(report):
-    return ring_failures_of(report)
+    return ring.failures(report)
+
+
+def ring_ends(given, hosts):
+    """{host: [[port, IPv4], ...]}: the addresses the planner gives each ring port (the simulated cluster's GID tables)."""
+    return {host: [[end["interface"], end["address"].split("/")[0]] for end in ends]
+            for host, ends in ring.plan(given, list(hosts))["ends"].items()}
 
 
 class FilterModule:
@@ -71,4 +77,5 @@ class FilterModule:
             "human_bytes": human_bytes,
             "rsync_summary": rsync_summary,
             "ring_failures": ring_failures,
+            "ring_ends": ring_ends,
         }

@@ -26,7 +26,7 @@ sleep "${2:-0}"
 [ -e "$dir/pending" ] || exit 0
 path=$(cat "$dir/path")
 if [ -e "$dir/backup" ]; then cp "$dir/backup" "$path" && chmod 600 "$path"; else rm -f "$path"; fi
-for ifname in $(cat "$dir/interfaces"); do ip addr flush dev "$ifname" 2>/dev/null; done
+for ifname in $(cat "$dir/interfaces"); do ip addr flush dev "$ifname" 2>/dev/null; ip route flush dev "$ifname" 2>/dev/null; done
 sh -c "$(cat "$dir/apply")"
 rc=$?
 rm -f "$dir/pending"

@@ -7,7 +7,7 @@ from helpers import read_fixture
 
 def test_every_filter_is_registered():
     assert set(checks.FilterModule().filters()) == {"env_parity", "docker_env", "environ_dump", "started_env", "nccl_transport",
-                                                    "status_report", "status_node", "human_bytes", "rsync_summary", "ring_failures"}
+                                                    "status_report", "status_node", "human_bytes", "rsync_summary", "ring_failures", "ring_ends"}
 
 
 def test_started_env_reads_what_docker_container_returned_and_skips_kept_ones():
@@ -39,3 +39,8 @@ def test_nccl_transport_of_a_captured_fallback_and_byte_counts():
     verdict = checks.nccl_transport(read_fixture("nccl", "nccl-socket-fallback.log"), expect_ib=True, strict=True)
     assert verdict["status"] == "fallback" and "NCCL fell back to TCP sockets" in verdict["messages"][0]
     assert checks.human_bytes(1536) == "1.5 KB" and checks.human_bytes(None) == "?"
+
+
+def test_ring_ends_are_the_planners_addresses():
+    links = [{"a": "s%d" % i, "a_if": "p0", "b": "s%d" % (i % 3 + 1), "b_if": "p1"} for i in (1, 2, 3)]
+    assert checks.ring_ends({"links": links}, ["s1", "s2", "s3"])["s1"] == [["p0", "192.168.192.1"], ["p1", "192.168.194.2"]]

@@ -9,7 +9,11 @@ takes indexes 2/3 and pushes the IPv4 RoCE v2 GID to 5, as on a Spark with an ex
 Attributes the kernel refuses to read (types/ndevs of empty slots, EINVAL) are directories here, so
 reading them fails too. Prints {"changed": bool}; an unchanged tree is left untouched.
 
-Usage: fake_spark.py ROOT IPV4 GID_INDEX
+In a switchless ring both ports of the first ConnectX (rocep1s0f0 on enp1s0f0np0, rocep1s0f1 on
+enp1s0f1np1) are ACTIVE, each carrying the address of its link: PORTS is then NETDEV=IPV4,... (the ring's
+addresses from the inventory's links, as a Spark's kernel adds them to the GID table once netplan applies them).
+
+Usage: fake_spark.py ROOT IPV4|NETDEV=IPV4,... GID_INDEX
 """
 
 import ipaddress
@@ -24,10 +28,10 @@ FABRIC = "rocep1s0f1"
 SLOTS = 16
 
 
-def table(device, ipv4, gid_index, mac_suffix):
+def table(ipv4, active, gid_index, mac_suffix):
     link_local = "fe80::4ebb:47ff:fe%02x:%04x" % (mac_suffix, int(ipaddress.IPv4Address(ipv4)) & 0xFFFF)
     rows = [(link_local, "IB/RoCE v1"), (link_local, "RoCE v2")]
-    if device != FABRIC:
+    if not active:
         return rows, ("1: DOWN", "3: Disabled")
     if gid_index == 5:
         global_v6 = "fd00:d9a:5:0::%x" % (int(ipaddress.IPv4Address(ipv4)) & 0xFFFF)
@@ -39,10 +43,12 @@ def table(device, ipv4, gid_index, mac_suffix):
     return rows, ("4: ACTIVE", "5: LinkUp")
 
 
-def desired(ipv4, gid_index):
+def desired(ports, gid_index):
+    """``ports``: {netdev: IPv4} of the ACTIVE ports."""
     files, dirs = {}, set()
+    first = sorted(ports.values())[0]
     for number, (device, netdev) in enumerate(DEVICES):
-        rows, (state, phys) = table(device, ipv4, gid_index, number)
+        rows, (state, phys) = table(ports.get(netdev, first), netdev in ports, gid_index, number)
         port = "class/infiniband/%s/ports/1" % device
         files[port + "/state"] = state
         files[port + "/phys_state"] = phys
@@ -75,8 +81,15 @@ def current(root):
     return files, dirs
 
 
-def main(root, ipv4, gid_index):
-    want = desired(ipv4, gid_index)
+def parse_ports(given):
+    """IPV4 (the fabric port enp1s0f1np1) or NETDEV=IPV4,... -> {netdev: IPv4}."""
+    if "=" not in given:
+        return {dict(DEVICES)[FABRIC]: str(ipaddress.IPv4Address(given))}
+    return {netdev: str(ipaddress.IPv4Address(ip)) for netdev, ip in (pair.split("=", 1) for pair in given.split(","))}
+
+
+def main(root, ports, gid_index):
+    want = desired(ports, gid_index)
     if os.path.isdir(root) and current(root) == want:
         print(json.dumps({"changed": False}))
         return
@@ -104,4 +117,4 @@ def main(root, ipv4, gid_index):
 if __name__ == "__main__":
     if len(sys.argv) != 4:
         sys.exit(__doc__)
-    main(sys.argv[1], str(ipaddress.IPv4Address(sys.argv[2])), int(sys.argv[3]))
+    main(sys.argv[1], parse_ports(sys.argv[2]), int(sys.argv[3]))

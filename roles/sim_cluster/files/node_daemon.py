@@ -193,7 +193,7 @@ def main(argv):
         print(json.dumps({"changed": stop(p), "pid": None}))
         return
     container_pid = int(argv[4])
-    addresses = {argv[5]: MGMT_IF, argv[6]: FABRIC_IF}
+    addresses = {argv[6]: FABRIC_IF, argv[5]: MGMT_IF}  # a ring's node has no fabric network: the management address is Ray's
     make_devices(p["dev"])
     pid = running_pid(p)
     if pid and same_netns(pid, container_pid) and answers(p["sock"]):
