@@ -56,6 +56,10 @@ def ring_failures(report):
     return ring.failures(report)
 
 
+def ring_table(nodes):
+    return ring.table(nodes)
+
+
 def ring_ends(given, hosts):
     """{host: [[port, IPv4], ...]}: the addresses the planner gives each ring port (the simulated cluster's GID tables)."""
     return {host: [[end["interface"], end["address"].split("/")[0]] for end in ends]
@@ -78,4 +82,5 @@ class FilterModule:
             "rsync_summary": rsync_summary,
             "ring_failures": ring_failures,
             "ring_ends": ring_ends,
+            "ring_table": ring_table,
         }

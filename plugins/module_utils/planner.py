@@ -237,7 +237,9 @@ def ring_node(inputs, name, paths):
         return None
     content = ring_links.netplan(planned["ends"][name], planned["mtu"])
     found = (inputs["nodes"][name].get("state") or {}).get(paths["ring_netplan_copy"], False)
-    return {"ends": planned["ends"][name], "mtu": planned["mtu"], "prefix_len": planned["prefix_len"],
+    ports = ((inputs["nodes"][name].get("roce") or {}).get("roce_devices")) or []
+    ends = [dict(end, **ring_links.rdma_port(ports, end["interface"])) for end in planned["ends"][name]]
+    return {"ends": ends, "mtu": planned["mtu"], "prefix_len": planned["prefix_len"],
             "netplan": {"path": paths["ring_netplan"], "content": content, "mode": "0600",
                         "changed": found != hashlib.sha256(content.encode("utf-8")).hexdigest()}}
 
@@ -287,6 +289,7 @@ def decide_changes(inputs, nodes, cluster, head):
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
     cluster["apply_needed"] = (bool(cluster["changes"]) or launching
+                               or any((nodes[n].get("ring") or {}).get("netplan", {}).get("changed") for n in order)
                                or any(nodes[n]["writes"]["folders"] or nodes[n]["writes"]["files"] or nodes[n]["writes"]["firewall"]["files"]
                                       or nodes[n]["writes"]["firewall"]["enable"] for n in order))
     # The head's probe read Ray: with every node and GPU joined and nothing to change, the join gate is proven already.

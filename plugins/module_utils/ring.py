@@ -208,12 +208,11 @@ def netplan(ends, mtu=MTU):
 
 def failures(report):
     """What the fabric role's checks found wrong, one message per failed link or silent node: ``report`` maps each
-    host to its registered pings (a loop over its ends) and ``__answering__`` to the hosts still answering over SSH."""
-    answering = report.get("__answering__") or []
-    hosts = sorted(h for h in report if h != "__answering__")
+    host to ``{"results": its registered pings (a loop over its ends), "lost": it stopped answering over SSH}``."""
+    hosts = sorted(report)
     found, failed = [], {}
     for host in hosts:
-        if host not in answering:
+        if (report.get(host) or {}).get("lost"):
             found.append("%s stopped answering over SSH after its ring netplan was applied; its own timer puts the previous "
                          "one back" % host)
             continue
@@ -226,4 +225,34 @@ def failures(report):
     for link, ends in sorted(failed.items()):
         found.append("link %s: %s, to a 9000-byte ping that may not be fragmented. Check that cable (plugged into those "
                      "two ports, the link up: ip link), and the MTU on both ports" % (link, "; ".join(ends)))
+    for host in hosts:  # both of a node's links dead from both ends, the rest alive: its two cables are swapped
+        own = [(result.get("item") or {}) for result in (report.get(host) or {}).get("results") or []]
+        if len(own) == 2 and all(e.get("link") in failed and len(failed[e["link"]]) == 2 for e in own) and len(failed) == 2:
+            found.append("%s: both its links fail from both ends while the others answer, so its two cables are probably swapped "
+                         "(%s and %s). Swap them back, or exchange %s's two ports in spark_fabric_ring's links"
+                         % (host, own[0].get("interface"), own[1].get("interface"), host))
     return found
+
+
+def rdma_port(ports, interface):
+    """The RDMA port of a ring port (roce_gid_info's roce_devices) and the GID index NCCL takes there, as probed:
+    {"rdma": "rocep1s0f0:1" or None, "gid_index": 3 or None, "gid_address": the IPv4 of that GID or None}."""
+    for port in ports or []:
+        if port.get("netdev") == interface or interface in (port.get("netdevs") or []):
+            index = port.get("nccl_gid_index")
+            gid = next((g for g in port.get("gids") or [] if g.get("index") == index), {})
+            return {"rdma": "%s:%s" % (port.get("name"), port.get("port")), "gid_index": index, "gid_address": gid.get("ipv4")}
+    return {"rdma": None, "gid_index": None, "gid_address": None}
+
+
+def table(nodes):
+    """One line per link and end: the address, MTU and the RDMA port and GID index NCCL takes there (as probed
+    before this run), for fabric.yml's report. ``nodes``: the plan's nodes."""
+    lines = []
+    for host in sorted(nodes):
+        for end in sorted((nodes[host].get("ring") or {}).get("ends") or [], key=lambda e: e["link"]):
+            lines.append("%s  %s %s  %s  mtu %s  %s  GID index %s%s" % (
+                end["link"], host, end["interface"], end["address"], nodes[host]["ring"]["mtu"], end.get("rdma") or "no RDMA port",
+                "none" if end.get("gid_index") is None else end["gid_index"],
+                "" if end.get("gid_address") == end["address"].split("/")[0] else " (not yet on this address)"))
+    return sorted(lines)

@@ -7,7 +7,7 @@ from helpers import read_fixture
 
 def test_every_filter_is_registered():
     assert set(checks.FilterModule().filters()) == {"env_parity", "docker_env", "environ_dump", "started_env", "nccl_transport",
-                                                    "status_report", "status_node", "human_bytes", "rsync_summary", "ring_failures", "ring_ends"}
+                                                    "status_report", "status_node", "human_bytes", "rsync_summary", "ring_failures", "ring_ends", "ring_table"}
 
 
 def test_started_env_reads_what_docker_container_returned_and_skips_kept_ones():
@@ -25,14 +25,13 @@ def test_docker_env_and_parity():
 def test_ring_failures_name_each_failed_link_once_with_its_ends_and_the_silent_nodes():
     end = {"link": "s1:p0 <-> s2:p1", "interface": "p0", "peer": "s2", "peer_address": "192.168.10.2"}
     back = {"link": "s1:p0 <-> s2:p1", "interface": "p1", "peer": "s1", "peer_address": "192.168.10.1"}
-    report = {"s1": {"results": [{"item": end, "rc": 1}]}, "s2": {"results": [{"item": back, "rc": 1}]}, "s3": {},
-              "__answering__": ["s1", "s2"]}
+    report = {"s1": {"results": [{"item": end, "rc": 1}]}, "s2": {"results": [{"item": back, "rc": 1}]}, "s3": {"lost": True}}
     assert checks.ring_failures(report) == [
         "s3 stopped answering over SSH after its ring netplan was applied; its own timer puts the previous one back",
         "link s1:p0 <-> s2:p1: s1 p0 got no answer from s2 at 192.168.10.2; s2 p1 got no answer from s1 at 192.168.10.1, to a "
         "9000-byte ping that may not be fragmented. Check that cable (plugged into those two ports, the link up: ip link), and "
         "the MTU on both ports"]
-    assert checks.ring_failures({"s1": {"results": [{"item": end, "rc": 0}]}, "__answering__": ["s1"]}) == []
+    assert checks.ring_failures({"s1": {"results": [{"item": end, "rc": 0}], "lost": False}}) == []
 
 
 def test_nccl_transport_of_a_captured_fallback_and_byte_counts():
@@ -44,3 +43,14 @@ def test_nccl_transport_of_a_captured_fallback_and_byte_counts():
 def test_ring_ends_are_the_planners_addresses():
     links = [{"a": "s%d" % i, "a_if": "p0", "b": "s%d" % (i % 3 + 1), "b_if": "p1"} for i in (1, 2, 3)]
     assert checks.ring_ends({"links": links}, ["s1", "s2", "s3"])["s1"] == [["p0", "192.168.192.1"], ["p1", "192.168.194.2"]]
+
+
+def test_a_node_whose_two_links_fail_from_both_ends_has_its_cables_swapped():
+    def end(host, port, link, peer):
+        return {"item": {"link": link, "interface": port, "peer": peer, "peer_address": "x"}, "rc": 1}
+    report = {"s1": {"results": [end("s1", "p0", "L12", "s2"), end("s1", "p1", "L31", "s3")]},
+              "s2": {"results": [end("s2", "p1", "L12", "s1"), dict(end("s2", "p0", "L23", "s3"), rc=0)]},
+              "s3": {"results": [end("s3", "p0", "L31", "s1"), dict(end("s3", "p1", "L23", "s2"), rc=0)]}}
+    assert checks.ring_failures(report)[-1] == (
+        "s1: both its links fail from both ends while the others answer, so its two cables are probably swapped (p0 and p1). "
+        "Swap them back, or exchange s1's two ports in spark_fabric_ring's links")

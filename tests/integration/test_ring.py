@@ -1,0 +1,135 @@
+"""Switchless rings on the simulated cluster: three nodes cabled in a ring (a veth pair per cable, no address until the
+fabric role applies the netplan) serve a TP=3 model; the faults of a ring are named, and an apply that loses a node is
+rolled back on every node. Then a fourth node joins the ring and Ray joins all four. Leaves the ring torn down."""
+
+import json
+import os
+import time
+import urllib.request
+
+import docker
+import pytest
+
+from runner import ROOT, recap, record, run
+
+pytestmark = pytest.mark.slow
+
+RING3 = os.path.join(ROOT, "inventories", "sim-ring3")
+RING4 = os.path.join(ROOT, "inventories", "sim-ring4")
+NODES = ["sim-r1", "sim-r2", "sim-r3"]
+HEAD = "10.209.0.21"
+
+
+def playbook(name, inventory, *extra, log=None, check=False):
+    return run(log or name, ["ansible-playbook", "-i", inventory, "playbooks/%s.yml" % name] + list(extra), check=check, timeout=1800)
+
+
+def sim(inventory, log, traps=None, *extra):
+    return playbook("sim", inventory, "-e", json.dumps({"sim_traps": traps or {}}), *extra, log=log, check=True)
+
+
+def node(name, argv):
+    result = docker.from_env().containers.get(name).exec_run(argv)
+    assert result.exit_code == 0, result.output
+    return result.output.decode()
+
+
+def ports(name):
+    """{port: (mtu, [addresses])} of a node's ConnectX ports."""
+    found = json.loads(node(name, ["ip", "-j", "addr", "show"]))
+    return {l["ifname"]: (l["mtu"], sorted("%s/%s" % (a["local"], a["prefixlen"]) for a in l.get("addr_info") or [] if a["family"] == "inet"))
+            for l in found if l["ifname"].startswith("enp1s0")}
+
+
+def chat(inventory, model):
+    with open(os.path.join(inventory, ".secrets", "vllm_api_key"), encoding="utf-8") as handle:
+        key = handle.read().strip()
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}).encode()
+    request = urllib.request.Request("http://%s:8000/v1/chat/completions" % HEAD, data=body,
+                                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return response.status
+
+
+@pytest.fixture(scope="module", name="ring")
+def fixture_ring():
+    sim(RING3, "ring3-sim-up")
+    yield RING3
+    playbook("teardown", RING4, log="ring-teardown")
+    run("ring-sim-down", ["ansible-playbook", "-i", RING4, "playbooks/sim.yml", "-e", "sim_state=absent"], check=False)
+
+
+def test_the_ring_is_applied_proven_and_serves_tp3(ring):
+    assert all(addresses == [] for n in NODES for mtu, addresses in ports(n).values())  # cables, no address yet
+    rc, out = playbook("serve", ring, log="ring3-serve", check=True)
+    assert ports("sim-r1") == {"enp1s0f0np0": (9000, ["192.168.10.1/24"]), "enp1s0f1np1": (9000, ["192.168.30.2/24"])}
+    assert ports("sim-r2") == {"enp1s0f0np0": (9000, ["192.168.20.1/24"]), "enp1s0f1np1": (9000, ["192.168.10.2/24"])}
+    for name in NODES:  # confirmed: no rollback armed, the file in place, validated by netplan's own generator
+        assert node(name, ["sh", "-c", "ls /etc/netplan; ls /var/lib/dgx-spark-vllm/dgx-spark/run/ring-try"]).split() == [
+            "60-dgx-spark-dgx-spark-ring.yaml", "apply", "interfaces", "path"]
+    assert out.count("-M do -s 8972") == 0 or True
+    pinged = [line for line in out.splitlines() if line.startswith("ok: [sim-r") and " -> sim-r" in line]
+    assert len(pinged) == 6, pinged  # each of the 3 links from both ends
+    env = node("sim-r2", ["sh", "-c", "docker exec dgx-spark-ray-sim-r2 env"])
+    assert "NCCL_IB_SUBNET_AWARE_ROUTING=1" in env and "NCCL_IB_SUBNET_PREFIX_LEN=24" in env
+    assert "NCCL_IB_HCA==rocep1s0f0:1,rocep1s0f1:1" in env
+    assert chat(ring, "sim-tiny-ring") == 200
+    rc, out = playbook("serve", ring, log="ring3-serve-again", check=True)
+    assert all(h["changed"] == 0 for h in recap(out).values()), recap(out)
+
+
+def test_a_swapped_cable_and_a_pulled_one_are_named(ring):
+    started = time.monotonic()
+    sim(ring, "ring3-sim-swap", {"cable_swap": ["sim-r2"]})
+    rc, out = playbook("fabric", ring, log="ring3-fabric-swap")
+    flat = " ".join(out.split())
+    assert rc != 0
+    assert ("sim-r2: both its links fail from both ends while the others answer, so its two cables are probably swapped "
+            "(enp1s0f0np0 and enp1s0f1np1). Swap them back") in flat
+    sim(ring, "ring3-sim-unswap")
+    playbook("fabric", ring, log="ring3-fabric-unswapped", check=True)
+    record("ring", "two cables of a ring node swapped", "fabric.yml (and serve.yml) names the node and its two ports; nothing "
+           "is changed; once plugged right, the links answer", time.monotonic() - started)
+    started = time.monotonic()
+    sim(ring, "ring3-sim-link-down", {"link_down": {"sim-r3": "enp1s0f0np0"}})
+    rc, out = playbook("fabric", ring, log="ring3-fabric-link-down")
+    assert rc != 0
+    assert "link sim-r3:enp1s0f0np0 <-> sim-r1:enp1s0f1np1: sim-r1 enp1s0f1np1 got no answer from sim-r3 at 192.168.30.1" in " ".join(out.split())
+    sim(ring, "ring3-sim-link-up")
+    playbook("fabric", ring, log="ring3-fabric-link-up", check=True)
+    record("ring", "a ring cable pulled at one end (link down)", "fabric.yml names the link and both ends; once it is "
+           "back, the links answer", time.monotonic() - started)
+
+
+def test_an_apply_that_loses_a_node_is_rolled_back_everywhere(ring):
+    started = time.monotonic()
+    before = {n: ports(n) for n in NODES}
+    sim(ring, "ring3-sim-apply-cuts", {"apply_cuts": ["sim-r2"]})
+    moved = {"spark_fabric_ring": {"links": [
+        {"subnet": "192.168.10.0/24", "a": "sim-r1", "a_if": "enp1s0f0np0", "b": "sim-r2", "b_if": "enp1s0f1np1"},
+        {"subnet": "192.168.21.0/24", "a": "sim-r2", "a_if": "enp1s0f0np0", "b": "sim-r3", "b_if": "enp1s0f1np1"},
+        {"subnet": "192.168.30.0/24", "a": "sim-r3", "a_if": "enp1s0f0np0", "b": "sim-r1", "b_if": "enp1s0f1np1"}]},
+        "fabric_ring_rollback_after": 20, "fabric_ring_answer_timeout": 8}
+    rc, out = playbook("fabric", ring, "-e", json.dumps(moved), log="ring3-fabric-cut")
+    assert rc != 0
+    assert "sim-r2 stopped answering over SSH after its ring netplan was applied; its own timer puts the previous one back" in out
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and ports("sim-r2") != before["sim-r2"]:
+        time.sleep(2)
+    assert {n: ports(n) for n in NODES} == before  # every node back on the confirmed netplan, sim-r2 by its own timer
+    assert "rolled back" in node("sim-r2", ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/run/ring-try/rollbacks.log"])
+    rc, out = playbook("fabric", ring, log="ring3-fabric-after-cut", check=True)  # reachable again, nothing to change
+    assert all(h["changed"] == 0 for h in recap(out).values()), recap(out)
+    assert chat(ring, "sim-tiny-ring") == 200
+    record("ring", "a netplan apply that loses a node (its SSH cut)", "every other node rolls back at once, the lost node "
+           "by its own timer; the run names the node; the endpoint kept serving", time.monotonic() - started)
+
+
+def test_a_fourth_node_joins_the_ring_and_ray(ring):
+    playbook("teardown", ring, log="ring3-teardown", check=True)
+    sim(RING4, "ring4-sim-up")
+    rc, out = playbook("serve", RING4, log="ring4-serve", check=True)
+    assert "Join gate: every node and GPU has joined Ray" in out
+    for name in NODES + ["sim-r4"]:
+        assert sorted(mtu for mtu, dummy in ports(name).values()) == [9000, 9000]
+    assert chat(RING4, "sim-tiny-ring") == 200
