@@ -19,6 +19,14 @@ description:
   - A node that runs O(content) already, with nothing pending, is not touched. Check mode shows the diff.
 author:
   - dgx_spark.vllm developers (@dgx-spark)
+extends_documentation_fragment:
+  - dgx_spark.vllm.attributes
+  - dgx_spark.vllm.attributes.ACTIONGROUP_VLLM
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
 options:
   path:
     description: The netplan file of the ring (under C(/etc/netplan)).
