@@ -39,6 +39,19 @@ def third_outside_groups(hosts):
     hosts["spark_cluster"]["hosts"] = {"spark3": {"ansible_host": "spark3.lan", "spark_fabric_ip": "192.168.100.12"}}
 
 
+P0, P1 = "enp1s0f0np0", "enp1s0f1np1"
+
+
+def cable(a, b, subnet=None):
+    link = {"a": a, "a_if": P0, "b": b, "b_if": P1}
+    if subnet:
+        link["subnet"] = subnet
+    return link
+
+
+RING = [cable("spark1", "spark2", "192.168.10.0/24"), cable("spark2", "spark3", "192.168.20.0/24"), cable("spark3", "spark1", "192.168.30.0/24")]
+
+
 def two_heads(hosts):
     children = hosts["spark_cluster"]["children"]
     children["spark_head"]["hosts"].update(children["spark_workers"]["hosts"])
@@ -94,8 +107,21 @@ CASES = [
      "all", "TP x PP x DP = 2 x 1 x 1 = 2, but the inventory has 3 node(s)", "add or remove nodes, or choose another profile"),
     ("kv-cache", "inventory", "a max_model_len the KV cache cannot hold", {"vars": {"vllm_max_model_len": 10000000}},
      "spark1", "fewer than max_model_len 10000000", "lower max_model_len to 294880 or raise gpu_memory_utilization"),
-    ("ring", "inventory", "a ring link without a subnet or ends", {"vars": {"spark_fabric_ring": {"links": [{"a": "spark1"}]}}},
-     "all", "ring link 0 ({'a': 'spark1'}) has no valid subnet", "give a subnet like 192.168.10.0/24 and ends a, a_if, b, b_if"),
+    ("ring-incomplete", "inventory", "a ring link without its ends", {"vars": {"spark_fabric_ring": {"links": [{"a": "spark1"}]}}},
+     "all", "ring link 1 ({'a': 'spark1'}) is incomplete", "each link is {a: HOST, a_if: PORT, b: HOST, b_if: PORT}"),
+    ("ring-two-nodes", "inventory", "a ring of two Sparks", {"vars": {"spark_fabric_ring": {"links": [
+        cable("spark1", "spark2"), dict(cable("spark2", "spark1"), a_if=P1, b_if=P0)]}}},
+     "all", "the inventory has 2 (spark1, spark2)", "Two Sparks need no ring: cable them directly"),
+    ("ring-cable-twice", "inventory", "a ring cable listed twice", {"hosts": third_worker, "vars": {"spark_fabric_ring": {"links": RING + [RING[0]]}}},
+     "spark1", "ring link spark1:enp1s0f0np0 <-> spark2:enp1s0f1np1 is listed twice (links 1 and 4)", "list each cable once"),
+    ("ring-port-twice", "inventory", "a ring port in two links", {"hosts": third_worker, "vars": {"spark_fabric_ring": {"links": RING[:2] + [
+        dict(RING[2], b_if=P0)]}}},
+     "spark1", "spark1's port enp1s0f0np0 is in two ring links", "a port takes one cable"),
+    ("ring-open", "inventory", "a ring that does not close", {"hosts": third_worker, "vars": {"spark_fabric_ring": {"links": RING[:2]}}},
+     "spark3", "the ring does not close at spark3: it has 1 link(s) (to spark2)", "Add or fix the link from its other port"),
+    ("ring-overlap", "inventory", "overlapping ring subnets", {"hosts": third_worker, "vars": {"spark_fabric_ring": {"links": RING[:1] + [
+        dict(RING[1], subnet="192.168.10.128/25"), RING[2]]}}},
+     "spark2", "subnet 192.168.10.128/25 overlaps 192.168.10.0/24", "give each cable its own subnet"),
     ("unknown-profile", "profile", "a profile name that does not exist", {"vars": {"vllm_profile": "minimax_m9"}},
      None, "unknown profile 'minimax_m9'", "or give your own file with vllm_profile_file"),
     ("profile-missing-file", "profile", "a profile file that does not exist", {"vars": {"vllm_profile_file": "/nonexistent/mine.yml"}},

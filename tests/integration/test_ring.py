@@ -78,6 +78,20 @@ def test_the_ring_is_applied_proven_and_serves_tp3(ring):
     assert all(h["changed"] == 0 for h in recap(out).values()), recap(out)
 
 
+def test_links_on_the_connections_interface_or_over_the_management_network_are_refused_by_the_probe(ring):
+    cut = {"spark_fabric_ring": {"links": [
+        {"subnet": "192.168.10.0/24", "a": "sim-r1", "a_if": "enP7s7", "b": "sim-r2", "b_if": "enp1s0f1np1"},
+        {"subnet": "10.209.0.0/24", "a": "sim-r2", "a_if": "enp1s0f0np0", "b": "sim-r3", "b_if": "enp1s0f1np1"},
+        {"subnet": "192.168.30.0/24", "a": "sim-r3", "a_if": "enp1s0f0np0", "b": "sim-r1", "b_if": "enp1s0f1np1"}]}}
+    rc, out = playbook("plan", ring, "-e", json.dumps(cut), log="ring3-plan-cut")
+    flat = " ".join(out.split())
+    assert rc != 0
+    assert ("sim-r1: ring link sim-r1:enP7s7 <-> sim-r2:enp1s0f1np1 uses enP7s7, the interface Ansible reaches sim-r1 over; "
+            "applying it would cut the connection") in flat
+    record("bad input", "ring: a link on the interface of the Ansible connection", "refused by the probe's plan, naming the "
+           "node, the interface and the fix (the ConnectX ports)")
+
+
 def test_a_swapped_cable_and_a_pulled_one_are_named(ring):
     started = time.monotonic()
     sim(ring, "ring3-sim-swap", {"cable_swap": ["sim-r2"]})
