@@ -154,11 +154,12 @@ def main():
     if netplan_try.decide(current, p["content"], pending) == "none":
         module.exit_json(changed=False, pending=False)
     diff = {"before": current or "", "after": p["content"], "before_header": path, "after_header": path}
+    generate = [module.get_bin_path(p["generate_command"][0], required=True)] + list(p["generate_command"][1:])
     root = tempfile.mkdtemp(prefix="ring-netplan-")
     try:
         os.makedirs(os.path.join(root, "etc", "netplan"))
         write(os.path.join(root, "etc", "netplan", os.path.basename(path)), p["content"])
-        rc, out, err = module.run_command(list(p["generate_command"]) + ["--root-dir", root])
+        rc, out, err = module.run_command(generate + ["--root-dir", root])
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if rc != 0:
