@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+from ansible.errors import AnsibleFilterError
+
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files, nccl_log, parity, status
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import ring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import perftest, ring
 
 
 def env_parity(planned, actual, what="container"):
@@ -56,6 +58,24 @@ def ring_failures(report):
     return ring.failures(report)
 
 
+def perftest_argv(ends, side):
+    """ib_write_bw's argv on a ring node: the server on its end b, the client on its end a, writing to that link's b."""
+    for end in ends:
+        if side == "client" and end["side"] == "a":
+            return perftest.client_argv(end["rdma"], end["gid_index"], end["peer_address"])
+        if side == "server" and end["side"] == "b":
+            return perftest.server_argv(end["rdma"], end["gid_index"])
+    raise AnsibleFilterError("no ring end for the %s side of ib_write_bw in %s" % (side, ends))
+
+
+def perftest_verdict(output, ends):
+    """The client's result on this node's end a, judged: a warning line, or the figure beside the published one."""
+    link = next((e["link"] for e in ends if e["side"] == "a"), "?")
+    result = perftest.parse(output)
+    return perftest.judge(result, True, link) or "link %s: %.1f Gb/s (published: at least %.0f Gb/s in a ring)" % (
+        link, result["average_gbps"], perftest.PUBLISHED_GBPS["ring"])
+
+
 def ring_table(nodes):
     return ring.table(nodes)
 
@@ -83,4 +103,6 @@ class FilterModule:
             "ring_failures": ring_failures,
             "ring_ends": ring_ends,
             "ring_table": ring_table,
+            "perftest_argv": perftest_argv,
+            "perftest_verdict": perftest_verdict,
         }

@@ -7,7 +7,8 @@ from helpers import read_fixture
 
 def test_every_filter_is_registered():
     assert set(checks.FilterModule().filters()) == {"env_parity", "docker_env", "environ_dump", "started_env", "nccl_transport",
-                                                    "status_report", "status_node", "human_bytes", "rsync_summary", "ring_failures", "ring_ends", "ring_table"}
+                                                    "status_report", "status_node", "human_bytes", "rsync_summary", "ring_failures", "ring_ends", "ring_table",
+                                                    "perftest_argv", "perftest_verdict"}
 
 
 def test_started_env_reads_what_docker_container_returned_and_skips_kept_ones():
@@ -54,3 +55,14 @@ def test_a_node_whose_two_links_fail_from_both_ends_has_its_cables_swapped():
     assert checks.ring_failures(report)[-1] == (
         "s1: both its links fail from both ends while the others answer, so its two cables are probably swapped (p0 and p1). "
         "Swap them back, or exchange s1's two ports in spark_fabric_ring's links")
+
+
+def test_perftest_runs_the_server_on_end_b_and_the_client_on_end_a():
+    ends = [{"link": "s1:p0 <-> s2:p1", "side": "a", "interface": "p0", "peer_address": "192.168.10.2", "rdma": "rocep1s0f0:1",
+             "gid_index": 3},
+            {"link": "s3:p0 <-> s1:p1", "side": "b", "interface": "p1", "peer_address": "192.168.30.1", "rdma": "rocep1s0f1:1",
+             "gid_index": 3}]
+    assert checks.perftest_argv(ends, "server")[:3] == ["ib_write_bw", "-d", "rocep1s0f1"]
+    assert checks.perftest_argv(ends, "client")[-1] == "192.168.10.2"
+    table = " #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]\n 65536 5000 60.0 59.5 0.1\n"
+    assert checks.perftest_verdict(table, ends).startswith("link s1:p0 <-> s2:p1: RDMA write bandwidth 59.5 Gb/s, below the 80")
