@@ -54,6 +54,13 @@ def render(plan):
                          env.get("NCCL_IB_GID_INDEX", "auto" if env.get("NCCL_IB_HCA") else "-"),
                          env.get("GLOO_SOCKET_IFNAME", "-"), node["config_hash"]])
         lines += [""] + _table(["node", "rank", "fabric IP", "container", "GID index", "interface", "config hash"], rows)
+        ring = [(name, nodes[name]["ring"]) for name in plan.get("nodes_order", []) if (nodes.get(name) or {}).get("ring")]
+        if ring:
+            lines += ["", "Ring (MTU %d; netplan tried with a rollback armed, every link pinged from both ends, then confirmed):"
+                      % ring[0][1]["mtu"]]
+            lines += ["  %s  %s %s -> %s %s  %s" % (end["link"], name, end["address"], end["peer"], end["peer_address"],
+                                                  "netplan changes" if r["netplan"]["changed"] else "as confirmed")
+                      for name, r in ring for end in r["ends"] if end["side"] == "a"]
         lines += ["", "Environment on every rank:"]
         lines += ["  %s=%s" % (k, v) for k, v in sorted(cluster["env_common"].items())]
         for name in plan.get("nodes_order", []):
