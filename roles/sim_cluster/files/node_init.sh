@@ -7,6 +7,7 @@
 # The node has no systemd: what systemd does at a Spark's boot before Docker, this does. It starts the units the
 # collection enabled (multi-user.target.wants/dgx-spark-vllm-*.service: its firewall) by their ExecStart, then says
 # so in $sim/booted (the start time of this boot's init), which node_daemon.py waits for before it starts Docker.
+# earlyoom, when host_guard enabled it (its sysvinit link), starts here too, as its unit does on a Spark.
 set -eu
 sim=/run/dgx-spark-sim
 ln -sf "$sim/docker/docker.sock" /var/run/docker.sock
@@ -16,6 +17,9 @@ for unit in /etc/systemd/system/multi-user.target.wants/dgx-spark-vllm-*.service
   sed -n 's/^ExecStart=//p' "$unit" | while read -r command; do
     sh -c "$command" >> "$sim/units.log" 2>&1 && echo "started $unit" >> "$sim/units.log" || echo "FAILED $unit" >> "$sim/units.log"
   done
+done
+for script in /etc/rc2.d/S*earlyoom; do  # host_guard's earlyoom, enabled the sysvinit way on a node without systemd
+  [ -e "$script" ] && "$script" start >> "$sim/units.log" 2>&1 || true
 done
 awk '{print $22}' /proc/1/stat > "$sim/booted"
 install -d -m 0700 /root/.ssh
