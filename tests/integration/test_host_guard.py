@@ -55,7 +55,7 @@ def test_host_guard_converges_twice_and_earlyoom_runs(nodes):
     for name in nodes:
         assert node(name).exec_run(["pgrep", "-x", "earlyoom"]).exit_code == 0
         args = node(name).exec_run(["cat", "/etc/default/earlyoom"]).output.decode()
-        assert "-m 4 -s 10" in args and "--prefer '^(VLLM::|ray::|vllm)'" in args
+        assert "-m 4 -s 100" in args and "--prefer '^(VLLM::|ray::|vllm)'" in args
 
 
 def test_earlyoom_kills_the_process_holding_the_memory_and_sshd_stays(nodes):
