@@ -5,10 +5,11 @@
 A random LlamaForCausalLM (hidden 128, 2 attention heads, 1 KV head, head_dim 64 -- vLLM's CPU
 attention rejects head_dim 16 --, 2 layers), a byte-level BPE tokenizer trained here on a small
 built-in corpus, and a chat template. Seeded: the same inputs give the same files.
-The ring's model (sim-tiny-ring) is the same with 12 attention and 12 KV heads, hidden 192 and an MLP of
-384, so that tensor parallelism 3 and 4 divide its heads and its MLP.
+The ring's model (sim-tiny-ring) is the same with 12 attention and 12 KV heads, hidden 192, an MLP of
+384 and an embedding of 768 rows (the tokenizer's 512 padded, as large models pad theirs), so that tensor
+parallelism 3 and 4 divide its heads, its MLP and its vocabulary as vLLM pads it (to a multiple of 64).
 
-Usage: make_tiny_model.py OUTPUT_DIR [HEADS KV_HEADS HIDDEN INTERMEDIATE]
+Usage: make_tiny_model.py OUTPUT_DIR [HEADS KV_HEADS HIDDEN INTERMEDIATE VOCAB]
 """
 
 import json
@@ -38,7 +39,7 @@ A tool call names a function and its arguments; reasoning stays apart from the f
 """
 
 
-def main(out, heads=2, kv_heads=1, hidden=128, intermediate=256):
+def main(out, heads=2, kv_heads=1, hidden=128, intermediate=256, vocab=None):
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -58,7 +59,7 @@ def main(out, heads=2, kv_heads=1, hidden=128, intermediate=256):
     fast.save_pretrained(out)
 
     config = LlamaConfig(
-        vocab_size=len(fast), hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=2,
+        vocab_size=max(vocab or 0, len(fast)), hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=2,
         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=64, max_position_embeddings=4096,
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
         tie_word_embeddings=False, torch_dtype="bfloat16",
@@ -72,6 +73,6 @@ def main(out, heads=2, kv_heads=1, hidden=128, intermediate=256):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 6):
+    if len(sys.argv) not in (2, 7):
         sys.exit(__doc__)
     main(sys.argv[1], *[int(a) for a in sys.argv[2:]])
