@@ -6,7 +6,7 @@ A random LlamaForCausalLM (hidden 128, 2 attention heads, 1 KV head, head_dim 64
 attention rejects head_dim 16 --, 2 layers), a byte-level BPE tokenizer trained here on a small
 built-in corpus, and a chat template. Seeded: the same inputs give the same files.
 The ring's model (sim-tiny-ring) is the same with 12 attention and 12 KV heads, hidden 192, an MLP of
-384 and an embedding of 768 rows (the tokenizer's 512 padded, as large models pad theirs), so that tensor
+384 and a vocabulary of 768 (the trained 512 and reserved tokens, as large models carry), so that tensor
 parallelism 3 and 4 divide its heads, its MLP and its vocabulary as vLLM pads it (to a multiple of 64).
 
 Usage: make_tiny_model.py OUTPUT_DIR [HEADS KV_HEADS HIDDEN INTERMEDIATE VOCAB]
@@ -56,10 +56,12 @@ def main(out, heads=2, kv_heads=1, hidden=128, intermediate=256, vocab=None):
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<|begin_of_text|>",
                                    eos_token="<|end_of_text|>", pad_token="<|end_of_text|>")
     fast.chat_template = CHAT_TEMPLATE
+    if vocab and len(fast) < vocab:  # reserved tokens, as large models carry: each decodes to text of its own
+        fast.add_tokens(["<reserved_%d>" % index for index in range(vocab - len(fast))])
     fast.save_pretrained(out)
 
     config = LlamaConfig(
-        vocab_size=max(vocab or 0, len(fast)), hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=2,
+        vocab_size=len(fast), hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=2,
         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=64, max_position_embeddings=4096,
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
         tie_word_embeddings=False, torch_dtype="bfloat16",
