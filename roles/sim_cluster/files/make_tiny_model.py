@@ -7,7 +7,8 @@ attention rejects head_dim 16 --, 2 layers), a byte-level BPE tokenizer trained 
 built-in corpus, and a chat template. Seeded: the same inputs give the same files.
 The ring's model (sim-tiny-ring) is the same with 12 attention and 12 KV heads, hidden 192, an MLP of
 384 and a vocabulary of 768 (the trained 512 and reserved tokens, as large models carry), so that tensor
-parallelism 3 and 4 divide its heads, its MLP and its vocabulary as vLLM pads it (to a multiple of 64).
+parallelism 3 and 4 divide its heads, its MLP and its vocabulary as vLLM pads it (to a multiple of 64). Its tokens
+that decode to nothing alone never win a greedy step, so its first streamed token is text.
 
 Usage: make_tiny_model.py OUTPUT_DIR [HEADS KV_HEADS HIDDEN INTERMEDIATE VOCAB]
 """
@@ -67,6 +68,11 @@ def main(out, heads=2, kv_heads=1, hidden=128, intermediate=256, vocab=None):
         tie_word_embeddings=False, torch_dtype="bfloat16",
     )
     model = LlamaForCausalLM(config).to(torch.bfloat16)
+    if vocab:  # greedy decoding (the smoke tests' temperature 0) must give text: a token that decodes to nothing alone
+        # (a piece of a multi-byte character) gets a zero row in lm_head, so its logit is 0 and a random one wins
+        silent = [i for i in range(len(fast)) if fast.decode([i]) in ("", " ") or "\ufffd" in fast.decode([i])]
+        with torch.no_grad():
+            model.lm_head.weight[silent] = 0
     # Sharded, with an index, as every large model is: the model role checks every shard the index names.
     model.save_pretrained(out, safe_serialization=True, max_shard_size="400KB")
     with open(os.path.join(out, "generation_config.json"), "w", encoding="utf-8") as handle:
