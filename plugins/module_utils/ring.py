@@ -230,7 +230,7 @@ def failures(report):
         if len(own) == 2 and all(e.get("link") in failed and len(failed[e["link"]]) == 2 for e in own) and len(failed) == 2:
             found.append("%s: both its links fail from both ends while the others answer, so its two cables are probably swapped "
                          "(%s and %s). Swap them back, or exchange %s's two ports in spark_fabric_ring's links"
-                         % (host, own[0].get("interface"), own[1].get("interface"), host))
+                         % ((host,) + tuple(sorted(e.get("interface") or "" for e in own)) + (host,)))
     return found
 
 
