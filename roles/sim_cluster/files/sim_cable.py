@@ -37,8 +37,11 @@ def peers(pid_a, port_a, pid_b, port_b):
 
 
 def plug(pid_a, port_a, pid_b, port_b):
-    if peers(pid_a, port_a, pid_b, port_b):
-        return False
+    if peers(pid_a, port_a, pid_b, port_b):  # plugged: a pulled end (link down) is pushed back in
+        pulled = [(pid, port) for pid, port in ((pid_a, port_a), (pid_b, port_b)) if "UP" not in link(pid, port).get("flags", [])]
+        for pid, port in pulled:
+            ip(pid, "link", "set", port, "up")
+        return bool(pulled)
     for pid, port in ((pid_a, port_a), (pid_b, port_b)):
         if link(pid, port):
             ip(pid, "link", "del", "dev", port)
