@@ -231,7 +231,7 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
 
 def ring_node(inputs, name, paths):
     """A node's ring links (its two ends) and its netplan: what the fabric role installs, validates, applies with a
-    rollback armed, and proves by pinging every link; ``changed`` when the node's netplan differs (or was not read)."""
+    rollback armed, and proves by pinging every link; ``differs`` when the node's netplan differs (or was not read)."""
     planned = inputs.get("ring")
     if not planned:
         return None
@@ -241,7 +241,7 @@ def ring_node(inputs, name, paths):
     ends = [dict(end, **ring_links.rdma_port(ports, end["interface"])) for end in planned["ends"][name]]
     return {"ends": ends, "mtu": planned["mtu"], "prefix_len": planned["prefix_len"],
             "netplan": {"path": paths["ring_netplan"], "content": content, "mode": "0600",
-                        "changed": found != hashlib.sha256(content.encode("utf-8")).hexdigest()}}
+                        "differs": found != hashlib.sha256(content.encode("utf-8")).hexdigest()}}
 
 
 def decide_changes(inputs, nodes, cluster, head):
@@ -289,7 +289,7 @@ def decide_changes(inputs, nodes, cluster, head):
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
     cluster["apply_needed"] = (bool(cluster["changes"]) or launching
-                               or any((nodes[n].get("ring") or {}).get("netplan", {}).get("changed") for n in order)
+                               or any((nodes[n].get("ring") or {}).get("netplan", {}).get("differs") for n in order)
                                or any(nodes[n]["writes"]["folders"] or nodes[n]["writes"]["files"] or nodes[n]["writes"]["firewall"]["files"]
                                       or nodes[n]["writes"]["firewall"]["enable"] for n in order))
     # The head's probe read Ray: with every node and GPU joined and nothing to change, the join gate is proven already.

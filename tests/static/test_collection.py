@@ -66,8 +66,10 @@ def test_every_trap_of_the_simulation_is_documented_and_tested():
         traps = yaml.safe_load(handle)["sim_cluster_trap_names"]
     with open(os.path.join(ROOT, "docs", "simulated-cluster.md"), encoding="utf-8") as handle:
         doc = handle.read()
-    with open(os.path.join(ROOT, "tests", "integration", "test_faults.py"), encoding="utf-8") as handle:
-        tests = handle.read()
+    tests = ""
+    for name in ("test_faults.py", "test_ring.py"):
+        with open(os.path.join(ROOT, "tests", "integration", name), encoding="utf-8") as handle:
+            tests += handle.read()
     assert len(traps) >= 8
     assert [t for t in traps if "| `%s:" % t not in doc] == []
     assert [t for t in traps if '"%s"' % t not in tests] == []
