@@ -236,12 +236,11 @@ def ring_node(inputs, name, paths):
     if not planned:
         return None
     content = ring_links.netplan(planned["ends"][name], planned["mtu"])
-    found = (inputs["nodes"][name].get("state") or {}).get(paths["ring_netplan_copy"], False)
     ports = ((inputs["nodes"][name].get("roce") or {}).get("roce_devices")) or []
     ends = [dict(end, **ring_links.rdma_port(ports, end["interface"])) for end in planned["ends"][name]]
     return {"ends": ends, "mtu": planned["mtu"], "prefix_len": planned["prefix_len"],
             "netplan": {"path": paths["ring_netplan"], "content": content, "mode": "0600",
-                        "differs": found != hashlib.sha256(content.encode("utf-8")).hexdigest()}}
+                        "differs": differs(inputs["nodes"][name].get("state"), paths["ring_netplan_copy"], content)}}
 
 
 def decide_changes(inputs, nodes, cluster, head):
