@@ -208,7 +208,8 @@ def netplan(ends, mtu=MTU):
 
 def failures(report):
     """What the fabric role's checks found wrong, one message per failed link or silent node: ``report`` maps each
-    host to ``{"results": its registered pings (a loop over its ends), "lost": it stopped answering over SSH}``."""
+    host to ``{"results": its registered pings (a loop over its ends), "lost": it stopped answering over SSH, "error":
+    why its try failed (its apply, rolled back at once there), or empty}``."""
     hosts = sorted(report)
     found, failed = [], {}
     for host in hosts:
@@ -216,6 +217,8 @@ def failures(report):
             found.append("%s stopped answering over SSH after its ring netplan was applied; its own timer puts the previous "
                          "one back" % host)
             continue
+        if (report.get(host) or {}).get("error"):
+            found.append("%s: its try of the ring's netplan failed: %s" % (host, " ".join(str(report[host]["error"]).split())))
         for result in (report.get(host) or {}).get("results") or []:
             end = result.get("item") or {}
             if result.get("skipped") or result.get("rc") == 0:

@@ -32,7 +32,9 @@ def test_ring_failures_name_each_failed_link_once_with_its_ends_and_the_silent_n
         "link s1:p0 <-> s2:p1: s1 p0 got no answer from s2 at 192.168.10.2; s2 p1 got no answer from s1 at 192.168.10.1, to a "
         "9000-byte ping that may not be fragmented. Check that cable (plugged into those two ports, the link up: ip link), and "
         "the MTU on both ports"]
-    assert checks.ring_failures({"s1": {"results": [{"item": end, "rc": 0}], "lost": False}}) == []
+    assert checks.ring_failures({"s1": {"results": [{"item": end, "rc": 0}], "lost": False, "error": ""}}) == []
+    assert checks.ring_failures({"s1": {"results": [], "error": "applying the ring's netplan on this node failed, so it\n was rolled back"}}) == [
+        "s1: its try of the ring's netplan failed: applying the ring's netplan on this node failed, so it was rolled back"]
 
 
 def test_nccl_transport_of_a_captured_fallback_and_byte_counts():
