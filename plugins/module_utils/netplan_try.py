@@ -29,7 +29,7 @@ if [ -e "$dir/backup" ]; then cp "$dir/backup" "$path" && chmod 600 "$path"; els
 for ifname in $(cat "$dir/interfaces"); do ip addr flush dev "$ifname" 2>/dev/null; ip route flush dev "$ifname" 2>/dev/null; done
 sh -c "$(cat "$dir/apply")"
 rc=$?
-rm -f "$dir/pending"
+rm -f "$dir/pending" "$dir/backup"
 echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) rolled back $path (apply exited $rc)" >> "$dir/rollbacks.log"
 exit $rc
 """

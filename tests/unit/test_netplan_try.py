@@ -37,7 +37,7 @@ def rollback(tmp_path, backup, delay="0"):
 def test_the_rollback_puts_the_previous_file_back_and_applies(tmp_path):
     path, folder, applied = rollback(tmp_path, "previous\n")
     assert path.read_text() == "previous\n" and oct(os.stat(path).st_mode & 0o777) == "0o600"
-    assert applied.read_text() == "applied\n" and not (folder / "pending").exists()
+    assert applied.read_text() == "applied\n" and not (folder / "pending").exists() and not (folder / "backup").exists()
     assert "rolled back %s" % path in (folder / "rollbacks.log").read_text()
 
 
