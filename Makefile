@@ -2,6 +2,7 @@
 #   make sim     set up, bring up the simulated cluster and run playbooks/serve.yml on it
 #   make test    set up, then every test layer: units, static checks, molecule on the simulated cluster
 #   make fast    units and lint (the inner loop)
+#   make test-extended  the scenarios beyond make test's time budget (marker extended: the rings' serve and faults)
 SHELL := /bin/bash
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
@@ -9,7 +10,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/pytest
 
-.PHONY: setup sim sim-down test fast unit lint sanity build molecule bench reliability clean
+.PHONY: setup sim sim-down test test-extended fast unit lint sanity build molecule bench reliability clean
 
 setup:
 	@bash scripts/setup.sh
@@ -23,7 +24,10 @@ sim-down: setup
 
 # The whole pyramid, fast to slow; pytest prints one summary line at the end.
 test: setup
-	$(PYTEST) tests/unit tests/static tests/integration
+	$(PYTEST) -m "not extended" tests/unit tests/static tests/integration
+
+test-extended: setup
+	$(PYTEST) -m extended tests/integration
 
 fast: setup
 	$(PYTEST) tests/unit tests/static -m "not slow"
@@ -41,7 +45,7 @@ build: setup
 	$(PYTEST) tests/static -k "build"
 
 molecule: setup
-	$(PYTEST) tests/integration
+	$(PYTEST) -m "not extended" tests/integration
 
 bench: setup
 	@bash scripts/bench.sh $(BENCH)
