@@ -78,6 +78,11 @@ def fixture_ring():
 
 
 def test_the_ring_is_applied_and_proven_from_both_ends(ring):
+    rc, out = playbook("fabric", ring, "--check", "--diff", log="ring3-fabric-check", check=True)
+    assert out.count("+++ after: /etc/netplan/60-dgx-spark-dgx-spark-ring.yaml") == 3  # the netplan each node would get
+    assert "+      addresses: [192.168.10.1/24]" in out and "+      addresses: [192.168.30.1/24]" in out
+    for name in NODES:  # nothing applied
+        assert all(addresses == [] for mtu, addresses in ports(name).values()), ports(name)
     rc, out = playbook("fabric", ring, log="ring3-fabric", check=True)  # the sim plugs cables; only the fabric role addresses them
     assert ports("sim-r1") == {"enp1s0f0np0": (9000, ["192.168.10.1/24"]), "enp1s0f1np1": (9000, ["192.168.30.2/24"])}
     assert ports("sim-r2") == {"enp1s0f0np0": (9000, ["192.168.20.1/24"]), "enp1s0f1np1": (9000, ["192.168.10.2/24"])}
@@ -199,7 +204,11 @@ def test_earlyoom_ends_the_process_holding_the_memory_and_sshd_stays(ring):
         time.sleep(0.5)
     assert low < 5, low  # the stand-in showed the pressure
     assert worker.exec_run(["pgrep", "-x", "VLLM::Worker"]).exit_code != 0  # earlyoom ended it
-    assert available_gib("sim-r2") > 100  # its memory came back with it
+    for dummy in range(30):  # its memory comes back with it (the stand-in frees a dead rank's entry within seconds)
+        if available_gib("sim-r2") > 100:
+            break
+        time.sleep(0.5)
+    assert available_gib("sim-r2") > 100
     assert node("sim-r2", ["pgrep", "-o", "-x", "sshd"]).strip() == sshd_before
     record("trap", "memory pressure on a node (MemAvailable under earlyoom's 4%)", "earlyoom (host_guard) ends the vLLM "
            "process holding the memory; sshd and the node stay up", time.monotonic() - started)
