@@ -10,6 +10,7 @@ import shutil
 import pytest
 import yaml
 
+from helpers import P0, P1, cable
 from runner import ROOT, record, run
 
 SAMPLE = os.path.join(ROOT, "inventories", "sparks")
@@ -37,16 +38,6 @@ def third_worker(hosts):
 
 def third_outside_groups(hosts):
     hosts["spark_cluster"]["hosts"] = {"spark3": {"ansible_host": "spark3.lan", "spark_fabric_ip": "192.168.100.12"}}
-
-
-P0, P1 = "enp1s0f0np0", "enp1s0f1np1"
-
-
-def cable(a, b, subnet=None):
-    link = {"a": a, "a_if": P0, "b": b, "b_if": P1}
-    if subnet:
-        link["subnet"] = subnet
-    return link
 
 
 RING = [cable("spark1", "spark2", "192.168.10.0/24"), cable("spark2", "spark3", "192.168.20.0/24"), cable("spark3", "spark1", "192.168.30.0/24")]

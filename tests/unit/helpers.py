@@ -138,3 +138,14 @@ def run_action(name, args):
                            "-m", "dgx_spark.vllm." + name, "-a", json.dumps(args)],
                           cwd=root, env=env, capture_output=True, text=True, check=False, timeout=120)
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+# A switchless ring's cable between two Sparks' ConnectX ports (spark_fabric_ring's links), for the ring's tests.
+P0, P1 = "enp1s0f0np0", "enp1s0f1np1"
+
+
+def cable(a, b, subnet=None):
+    link = {"a": a, "a_if": P0, "b": b, "b_if": P1}
+    if subnet:
+        link["subnet"] = subnet
+    return link

@@ -3,15 +3,7 @@
 import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import ring
-
-P0, P1 = "enp1s0f0np0", "enp1s0f1np1"
-
-
-def cable(a, b, subnet=None):
-    link = {"a": a, "a_if": P0, "b": b, "b_if": P1}
-    if subnet:
-        link["subnet"] = subnet
-    return link
+from helpers import P0, P1, cable
 
 
 def closed(hosts, subnets=None):

@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A simulated node's GB10 unified memory: the /proc/meminfo and nvidia-smi's compute apps that a Spark would show.
 
-Runs inside the node (started by its init, ended with it). Twice a second (and within 50 ms of a cache drop) it writes ``<run>/meminfo`` (bound over
+Runs inside the node (started by its init, ended with it). Twice a second (and within 50 ms of a cache drop, or of a
+process taking or leaving a lock) it writes ``<run>/meminfo`` (bound over
 the node's /proc/meminfo) and ``<run>/compute-apps`` (what the stand-in nvidia-smi answers to --query-compute-apps),
 from a captured idle GB10 (gb10_idle_meminfo.txt, 128 GB) and the entries of the node's ledger in /dev/shm:
 
@@ -183,7 +184,8 @@ class Node:
         known = self.seen.setdefault(name, {})
         if pid is not None:
             if pid and known.get("pid") != pid:
-                known.update(pid=pid, container=container_of(pid))
+                container = container_of(pid)  # the node's own process (not in one of its containers): none
+                known.update(pid=pid, container=None if container == container_of(os.getpid()) else container)
             return "rank"
         dead_since = known.setdefault("dead_since", time.time())
         hard = self.deaths.killed_hard(known["container"]) if known.get("container") else False
@@ -261,12 +263,16 @@ def main(argv):
         write_in_place(argv[2], render(base, {}))
         return
     node = Node(argv[1])
-    drop, last = os.path.join(argv[1], "drop_caches"), 0.0
-    while True:  # every 0.5 s, and at once (within 50 ms) when caches are dropped: the kernel drops them synchronously
+    drop, last, locks = os.path.join(argv[1], "drop_caches"), 0.0, None
+    # Every 0.5 s, and at once (within 50 ms) when caches are dropped or a lock comes or goes (a rank starts or ends):
+    # the kernel drops caches synchronously and frees an ended process's memory as it exits; an OOM killer (earlyoom)
+    # that still saw the memory held would end a second process.
+    while True:
         try:
-            if time.monotonic() - last >= 0.5 or os.path.getsize(drop) > 0:
+            now = read_locks()
+            if time.monotonic() - last >= 0.5 or os.path.getsize(drop) > 0 or now != locks:
                 node.tick()
-                last = time.monotonic()
+                last, locks = time.monotonic(), now
         except Exception as exc:  # pylint: disable=broad-except  # a stand-in that stops would freeze the figures
             print("gb10_memory: %s" % exc, file=sys.stderr, flush=True)
         time.sleep(0.05)
