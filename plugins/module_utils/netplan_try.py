@@ -53,6 +53,12 @@ def timer_argv(script, folder, seconds):
     return ["sh", script, folder, str(int(seconds))]
 
 
+def detached(argv):
+    """``argv`` started in a session of its own, its standard streams on /dev/null, and not waited for: the command
+    returns at once, and what it started outlives the module and the SSH session (``setsid -f`` forks it)."""
+    return ["sh", "-c", 'exec setsid -f "$@" </dev/null >/dev/null 2>&1', "sh"] + list(argv)
+
+
 def is_our_timer(cmdline, script, folder):
     """A process's /proc/PID/cmdline (NUL-separated) is our timer for ``folder``: only that one is ever killed."""
     args = cmdline.rstrip("\0").split("\0")

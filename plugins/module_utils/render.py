@@ -59,7 +59,7 @@ def render(plan):
             lines += ["", "Ring (MTU %d; netplan tried with a rollback armed, every link pinged from both ends, then confirmed):"
                       % ring[0][1]["mtu"]]
             lines += ["  %s  %s %s -> %s %s  %s" % (end["link"], name, end["address"], end["peer"], end["peer_address"],
-                                                  "netplan changes" if r["netplan"]["differs"] else "as confirmed")
+                                                    "netplan changes" if r["netplan"]["differs"] else "as confirmed")
                       for name, r in ring for end in r["ends"] if end["side"] == "a"]
         lines += ["", "Environment on every rank:"]
         lines += ["  %s=%s" % (k, v) for k, v in sorted(cluster["env_common"].items())]

@@ -187,8 +187,9 @@ def plan(ring, order, networks=None):
                      prefix_len=subnet.prefixlen)
         links.append(entry)
         for here, there in (("a", "b"), ("b", "a")):
-            ends[link[here]].append({"link": entry["name"], "side": here, "interface": link[here + "_if"], "address": "%s/%d" % (entry[here + "_address"], subnet.prefixlen),
-                                     "peer": link[there], "peer_interface": link[there + "_if"], "peer_address": entry[there + "_address"],
+            ends[link[here]].append({"link": entry["name"], "side": here, "interface": link[here + "_if"],
+                                     "address": "%s/%d" % (entry[here + "_address"], subnet.prefixlen), "peer": link[there],
+                                     "peer_interface": link[there + "_if"], "peer_address": entry[there + "_address"],
                                      "prefix_len": subnet.prefixlen})
     lengths = sorted({link["prefix_len"] for link in links})
     if len(lengths) > 1:

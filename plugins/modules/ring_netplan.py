@@ -84,7 +84,6 @@ pending:
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -174,8 +173,10 @@ def main():
     for name, content in netplan_try.pending_files(folder, path, previous, p["interfaces"], p["apply_command"]).items():
         write(name, content)
     write(os.path.join(folder, "pending"), "armed\n")
-    subprocess.Popen(netplan_try.timer_argv(script, folder, p["rollback_after"]), stdin=subprocess.DEVNULL,  # pylint: disable=consider-using-with
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    rc, out, err = module.run_command(netplan_try.detached(netplan_try.timer_argv(script, folder, p["rollback_after"])))
+    if rc != 0:
+        os.unlink(os.path.join(folder, "pending"))
+        module.fail_json(msg="could not arm the rollback of %s (nothing was applied): %s" % (path, (err or out).strip()))
     write(path, p["content"])
     rc, out, err = module.run_command(["sh", "-c", p["apply_command"]])
     if rc != 0:

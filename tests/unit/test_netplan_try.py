@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import time
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import netplan_try
 
@@ -44,3 +45,14 @@ def test_the_rollback_puts_the_previous_file_back_and_applies(tmp_path):
 def test_a_rollback_with_no_previous_file_removes_the_tried_one(tmp_path):
     path, dummy, dummy = rollback(tmp_path, None)
     assert not path.exists()
+
+
+def test_a_detached_command_is_not_waited_for_and_outlives_its_caller(tmp_path):
+    done = tmp_path / "done"
+    started = subprocess.run(netplan_try.detached(["sh", "-c", "sleep 1; touch %s" % done]), capture_output=True, check=True)
+    assert started.stdout == b"" and not done.exists()  # returned with the streams closed, before the command ended
+    for dummy in range(50):
+        if done.exists():
+            break
+        time.sleep(0.1)
+    assert done.exists()
