@@ -67,9 +67,22 @@ def test_every_trap_of_the_simulation_is_documented_and_tested():
     with open(os.path.join(ROOT, "docs", "simulated-cluster.md"), encoding="utf-8") as handle:
         doc = handle.read()
     tests = ""
-    for name in ("test_faults.py", "test_ring.py"):
+    for name in ("test_faults.py", "test_sim_ring.py"):
         with open(os.path.join(ROOT, "tests", "integration", name), encoding="utf-8") as handle:
             tests += handle.read()
     assert len(traps) >= 8
     assert [t for t in traps if "| `%s:" % t not in doc] == []
     assert [t for t in traps if '"%s"' % t not in tests] == []
+
+
+def test_no_two_test_files_share_a_name():
+    """pytest imports test files by their basename (no packages under tests/): two files of one name stop `make test`
+    at collection, though each layer alone collects fine."""
+    seen = {}
+    for folder, dummy, files in os.walk(os.path.join(ROOT, "tests")):
+        if "output" in folder.split(os.sep):
+            continue
+        for name in files:
+            if name.startswith("test_") and name.endswith(".py"):
+                seen.setdefault(name, []).append(os.path.relpath(os.path.join(folder, name), ROOT))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
