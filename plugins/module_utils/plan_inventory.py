@@ -186,13 +186,7 @@ def ring_plan(inputs, findings):
     order = inputs.get("order", [])
     connection = {n: nodes[n]["connection_interface"] for n in order if (nodes.get(n) or {}).get("connection_interface")}
     networks = {n: nodes[n]["interfaces"] for n in order if (nodes.get(n) or {}).get("interfaces")}
-    problems = ring_links.check(given, order, connection, networks)
+    problems, planned = ring_links.checked_plan(given, order, connection, networks)
     for host, value, message in problems:
         findings.error(host, value, message)
-    if problems:
-        return None
-    try:
-        return ring_links.plan(given, order, networks)
-    except ring_links.RingError as exc:
-        findings.error("all", given.get("subnet_pool"), str(exc))
-        return None
+    return planned

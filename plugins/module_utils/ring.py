@@ -42,10 +42,8 @@ def _subnet(link):
     return network
 
 
-def check(ring, order, connection=None, networks=None):
-    """Every problem of ``ring`` for the inventory's hosts ``order``: [(host, value, message)], [] when none.
-    ``connection`` maps a host to the interface its Ansible connection arrives on, ``networks`` a host to its
-    interfaces' addresses ({ifname: ["10.0.0.11/24", ...]}), both probed, when known."""
+def _structure(ring, order, connection):
+    """The problems of the link list itself (``check`` without the planned subnets against the nodes' networks)."""
     ring = ring or {}
     links = ring.get("links") or []
     problems = []
@@ -98,14 +96,33 @@ def check(ring, order, connection=None, networks=None):
                     problems.append((link["a"], str(network), "ring link %s: subnet %s overlaps %s of link %s; give each cable its "
                                      "own subnet" % (name, network, earlier, earlier_name)))
             given.append((network, name))
-    problems = problems or _closed(degree)
-    if not problems and networks:
-        try:
-            links = plan(ring, order, networks)["links"]
-        except RingError as exc:
-            return [("all", ring.get("subnet_pool"), str(exc))]
-        problems += _clashes(links, networks)
-    return problems
+    return problems or _closed(degree)
+
+
+def checked_plan(ring, order, connection=None, networks=None):
+    """``check``, then ``plan`` when the links are sound, then the planned subnets against the nodes' other networks:
+    (every problem, the plan or None). One pass: the planner and ``check`` both take it."""
+    problems = _structure(ring, order, connection)
+    if problems:
+        return problems, None
+    try:
+        planned = plan(ring, order, networks)
+    except RingError as exc:
+        return [("all", ring.get("subnet_pool"), str(exc))], None
+    problems = _clashes(planned["links"], networks) if networks else []
+    return problems, None if problems else planned
+
+
+def check(ring, order, connection=None, networks=None):
+    """Every problem of ``ring`` for the inventory's hosts ``order``: [(host, value, message)], [] when none.
+    ``connection`` maps a host to the interface its Ansible connection arrives on, ``networks`` a host to its
+    interfaces' addresses ({ifname: ["10.0.0.11/24", ...]}), both probed, when known."""
+    return checked_plan(ring, order, connection, networks)[0]
+
+
+def _ports(links, host):
+    """``host``'s ring ports in ``links``."""
+    return {link[end + "_if"] for link in links for end in ("a", "b") if link[end] == host}
 
 
 def _foreign_networks(networks, host, ring_ports):
@@ -125,8 +142,7 @@ def _clashes(links, networks):
     for link in links:
         subnet = ipaddress.ip_network(link["subnet"])
         for host in (link["a"], link["b"]):
-            ports = {l[e + "_if"] for l in links for e in ("a", "b") if l[e] == host}
-            for ifname, nets in _foreign_networks(networks, host, ports).items():
+            for ifname, nets in _foreign_networks(networks, host, _ports(links, host)).items():
                 for net in nets:
                     if subnet.overlaps(net):
                         problems.append((host, link["subnet"], "%s: ring link %s's subnet %s overlaps %s on %s; traffic to that network "
@@ -169,8 +185,7 @@ def plan(ring, order, networks=None):
     given = [_subnet(link) for link in ring["links"]]
     taken = [g for g in given if g]
     for host in order:
-        ports = {link[e + "_if"] for link in ring["links"] for e in ("a", "b") if link[e] == host}
-        taken += [net for nets in _foreign_networks(networks, host, ports).values() for net in nets]
+        taken += [net for nets in _foreign_networks(networks, host, _ports(ring["links"], host)).values() for net in nets]
     pool = ipaddress.ip_network(str(ring.get("subnet_pool") or DEFAULT_POOL), strict=True)
     if not pool.prefixlen <= prefix <= 30:
         raise RingError("spark_fabric_ring.subnet_prefix_len %d does not cut subnet_pool %s (it must be %d..30)" % (prefix, pool, pool.prefixlen))
