@@ -222,10 +222,23 @@ def netplan(ends, mtu=MTU):
     return "\n".join(lines) + "\n"
 
 
+def try_error(entry):
+    """Why a node's try failed, from its report entry (``failures``), or "": its apply failed (and was rolled back at
+    once there), or it did not finish although the node still answers."""
+    job = entry.get("try")
+    if not job or entry.get("lost"):
+        return ""
+    if job.get("finished") and job.get("failed"):
+        return " ".join(str(job.get("msg") or "failed").split())
+    if not job.get("finished"):
+        return "the try did not finish within %s s although the node answers" % entry.get("answer_timeout")
+    return ""
+
+
 def failures(report):
     """What the fabric role's checks found wrong, one message per failed link or silent node: ``report`` maps each
-    host to ``{"results": its registered pings (a loop over its ends), "lost": it stopped answering over SSH, "error":
-    why its try failed (its apply, rolled back at once there), or empty}``."""
+    host to ``{"results": its registered pings (a loop over its ends), "lost": it stopped answering over SSH, "try":
+    async_status' result of its try (None when nothing was tried), "answer_timeout": the seconds it was waited for}``."""
     hosts = sorted(report)
     found, failed = [], {}
     for host in hosts:
@@ -233,8 +246,9 @@ def failures(report):
             found.append("%s stopped answering over SSH after its ring netplan was applied; its own timer puts the previous "
                          "one back" % host)
             continue
-        if (report.get(host) or {}).get("error"):
-            found.append("%s: its try of the ring's netplan failed: %s" % (host, " ".join(str(report[host]["error"]).split())))
+        error = try_error(report.get(host) or {})
+        if error:
+            found.append("%s: its try of the ring's netplan failed: %s" % (host, error))
         for result in (report.get(host) or {}).get("results") or []:
             end = result.get("item") or {}
             if result.get("skipped") or result.get("rc") == 0:

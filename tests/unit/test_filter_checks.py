@@ -32,9 +32,13 @@ def test_ring_failures_name_each_failed_link_once_with_its_ends_and_the_silent_n
         "link s1:p0 <-> s2:p1: s1 p0 got no answer from s2 at 192.168.10.2; s2 p1 got no answer from s1 at 192.168.10.1, to a "
         "9000-byte ping that may not be fragmented. Check that cable (plugged into those two ports, the link up: ip link), and "
         "the MTU on both ports"]
-    assert checks.ring_failures({"s1": {"results": [{"item": end, "rc": 0}], "lost": False, "error": ""}}) == []
-    assert checks.ring_failures({"s1": {"results": [], "error": "applying the ring's netplan on this node failed, so it\n was rolled back"}}) == [
+    assert checks.ring_failures({"s1": {"results": [{"item": end, "rc": 0}], "lost": False, "try": {"finished": 1, "pending": True}}}) == []
+    failed = {"finished": 1, "failed": True, "msg": "applying the ring's netplan on this node failed, so it\n was rolled back"}
+    assert checks.ring_failures({"s1": {"results": [], "try": failed}}) == [
         "s1: its try of the ring's netplan failed: applying the ring's netplan on this node failed, so it was rolled back"]
+    assert checks.ring_failures({"s1": {"try": {"finished": 0, "failed": True}, "answer_timeout": 8}}) == [
+        "s1: its try of the ring's netplan failed: the try did not finish within 8 s although the node answers"]
+    assert checks.ring_failures({"s1": {"try": {"finished": 0}, "lost": True}})[0].startswith("s1 stopped answering")
 
 
 def test_nccl_transport_of_a_captured_fallback_and_byte_counts():
