@@ -59,10 +59,11 @@ DEFAULT_SETTINGS = {
     "image_build": False,               # the image role builds the image on the head (image_build)
     "trust_remote_code_unpinned": False,  # allow --trust-remote-code with a revision that is not a commit (warned)
     "firewall": True,                   # Ray's ports answer only the cluster's nodes (module_utils/firewall.py)
+    "boot_start": True,                 # each node's supervisor brings the model back after a boot (module_utils/boot.py)
 }
 INTEGERS = ("port", "ray_port", "master_port", "gpus_per_node", "rsync_port")
 BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned",
-            "firewall")
+            "firewall", "boot_start")
 # The state folders of a node, under <state_dir>/<cluster>, each with its mode.
 STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("bin", "0755"), ("secrets", "0700"))
 

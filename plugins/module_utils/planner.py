@@ -23,6 +23,7 @@ import copy
 import hashlib
 import json
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import firewall
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_commands as commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as environment
@@ -82,7 +83,8 @@ def cluster_paths(inputs):
     url = endpoint_url(settings, advertised)
     result = {"stage": "paths", "head": head, "nodes_order": order,
               "nodes": {n: {"is_head": n == head, "fabric_ip": str(inputs["nodes"][n].get("fabric_ip")), "paths": node_paths(settings, n, None),
-                            "containers": {role: container_name(settings, role, n) for role in ("ray", "vllm")}} for n in order},
+                            "containers": {role: container_name(settings, role, n) for role in ("ray", "vllm")},
+                            "boot": boot.installed(node_paths(settings, n, None)["state_dir"], settings["cluster_name"])} for n in order},
               "cluster": {"name": settings["cluster_name"], "artifacts_dir": settings["artifacts_dir"],
                           "reports": reports(settings),
                           "expected_ips": [str(inputs["nodes"][n].get("fabric_ip")) for n in order],
@@ -140,6 +142,9 @@ def make_plan(inputs, stage="full"):
     nodes_check.check_kept_env(order, inputs["nodes"], result["nodes"], findings)
     cluster["memory"] = memory(inputs, findings, result["parallel"], flags, result["gpu_memory_utilization"], max_len,
                                {n: result["nodes"][n]["config_hash"] for n in order}, common)
+    for name in order:  # the supervisor that brings each node back after a boot: the hashes and memory are final now
+        result["nodes"][name]["boot"] = boot.plan(settings, inputs["backend"], name, result["nodes"][name], cluster,
+                                                  firewall.unit_name(settings["cluster_name"]) if settings["firewall"] else None)
     for name in order:
         nodes_check.check_node(name, inputs["nodes"][name], settings, [c["name"] for c in result["nodes"][name]["containers"]],
                                result["nodes"][name]["ports"], findings)

@@ -96,3 +96,32 @@ def stop_group(run, docker, container, pgid, timeout, sleep=time.sleep, clock=ti
     run(signal_argv(docker, container, pgid, "KILL"))
     sleep(1)
     return True
+
+
+class StartError(Exception):
+    """vLLM could not be started; the message says where to look."""
+
+
+def start_group(run, docker, container, argv, config_hash, state_file, log_file, sleep=time.sleep, clock=time.time):
+    """Start ``argv`` detached in ``container`` as a process group and record it in ``state_file``: what the
+    vllm_process module does, and what the boot supervisor does when a node comes back (module_utils/boot.py).
+    ``run(argv, data=None)`` returns (rc, stdout, stderr). Returns the process group; raises StartError."""
+    pid_file = state_file + ".pid"
+    run(remove_argv(docker, container, pid_file))
+    rc, out, err = run(launch_argv(docker, container, argv, pid_file, log_file))
+    if rc != 0:
+        raise StartError("could not start vLLM in %s: %s" % (container, (err or out).strip()))
+    pgid = None
+    for dummy in range(50):
+        rc, out, err = run(read_argv(docker, container, pid_file))
+        if rc == 0 and out.strip().isdigit():
+            pgid = int(out.strip())
+            break
+        sleep(0.2)
+    if pgid is None:
+        raise StartError("vLLM did not start in %s (no pid file %s); see %s there" % (container, pid_file, log_file))
+    state = {"pgid": pgid, "config_hash": config_hash, "argv": list(argv), "started_at": clock()}
+    rc, out, err = run(write_argv(docker, container, state_file), data=json.dumps(state))
+    if rc != 0:
+        raise StartError("could not write %s in %s: %s" % (state_file, container, (err or out).strip()))
+    return pgid

@@ -28,6 +28,11 @@ def report(nodes, ray=None, endpoint=None):
             problems.append("nothing runs")
         if state and ip not in alive:
             problems.append("missing from the Ray cluster")
+        boot = node.get("boot")
+        if boot:
+            parts.append("next boot: %s" % boot["next_boot"])
+            if boot.get("state"):
+                parts.append("supervisor: %s (%s)" % (boot["state"], boot.get("detail")))
         line = "%s (%s): %s" % (name, ip, "; ".join(parts))
         if problems:
             line += " -- NOT OK: %s" % ", ".join(problems)
@@ -49,10 +54,11 @@ def report(nodes, ray=None, endpoint=None):
     return {"healthy": healthy, "lines": lines, "unhealthy_nodes": bad}
 
 
-def node(pair):
-    """(fabric_ip, the registered ``docker ps --format json`` result) to report()'s node entry."""
-    ip, listed = pair
-    listed = listed or {}
+def node(entry):
+    """(fabric_ip, the registered ``docker ps --format json`` result[, the registered vllm_boot probe]) to report()'s
+    node entry."""
+    ip, listed = entry[0], entry[1] or {}
+    probed = (entry[2] if len(entry) > 2 else None) or {}
     reachable = not listed.get("unreachable") and listed.get("rc", 1) == 0
     rows = []
     for line in listed.get("stdout_lines") or []:
@@ -61,4 +67,4 @@ def node(pair):
             rows.append(json.loads(line))
         except ValueError:
             continue
-    return {"fabric_ip": ip, "reachable": reachable, "containers": rows}
+    return {"fabric_ip": ip, "reachable": reachable, "containers": rows, "boot": probed.get("next_boot")}

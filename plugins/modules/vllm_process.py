@@ -188,26 +188,11 @@ class Process:
         return killed
 
     def start(self, argv, config_hash):
-        pid_file = self.state_file + ".pid"
-        run(self.module, pg.remove_argv(self.docker, self.container, pid_file))
-        rc, out, err = run(self.module, pg.launch_argv(self.docker, self.container, argv, pid_file, self.module.params["log_file"]))
-        if rc != 0:
-            self.module.fail_json(msg="could not start vLLM in %s: %s" % (self.container, (err or out).strip()))
-        pgid = None
-        for dummy in range(50):
-            rc, out, err = run(self.module, pg.read_argv(self.docker, self.container, pid_file))
-            if rc == 0 and out.strip().isdigit():
-                pgid = int(out.strip())
-                break
-            time.sleep(0.2)
-        if pgid is None:
-            self.module.fail_json(msg="vLLM did not start in %s (no pid file %s); see %s there"
-                                  % (self.container, pid_file, self.module.params["log_file"]))
-        state = {"pgid": pgid, "config_hash": config_hash, "argv": argv, "started_at": time.time()}
-        rc, out, err = run(self.module, pg.write_argv(self.docker, self.container, self.state_file), data=json.dumps(state))
-        if rc != 0:
-            self.module.fail_json(msg="could not write %s in %s: %s" % (self.state_file, self.container, (err or out).strip()))
-        return pgid
+        try:
+            return pg.start_group(lambda args, data=None: run(self.module, args, data=data), self.docker, self.container, argv,
+                                  config_hash, self.state_file, self.module.params["log_file"])
+        except pg.StartError as exc:
+            self.module.fail_json(msg=str(exc))
 
 
 def main():

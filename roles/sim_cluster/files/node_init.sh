@@ -6,14 +6,17 @@
 # then sshd serves in the foreground.
 # The node has no systemd: what systemd does at a Spark's boot before Docker, this does. It starts the units the
 # collection enabled (multi-user.target.wants/dgx-spark-vllm-*.service: its firewall) by their ExecStart, then says
-# so in $sim/booted (the start time of this boot's init), which node_daemon.py waits for before it starts Docker.
+# so in $sim/booted (the start time of this boot's init), which node_daemon.py waits for before it starts Docker; the
+# units ordered after Docker (the supervisor) start once that daemon answers.
 # earlyoom, when host_guard enabled it (its sysvinit link), starts here too, as its unit does on a Spark.
 set -eu
 sim=/run/dgx-spark-sim
 ln -sf "$sim/docker/docker.sock" /var/run/docker.sock
 find /dev/shm -mindepth 1 -delete  # a boot: the node's tmpfs starts empty (nothing held, nothing pinned, no page cache)
+after_docker=
 for unit in /etc/systemd/system/multi-user.target.wants/dgx-spark-vllm-*.service; do
   [ -e "$unit" ] || continue
+  if grep -q '^After=.*docker.service' "$unit"; then after_docker="$after_docker $unit"; continue; fi
   sed -n 's/^ExecStart=//p' "$unit" | while read -r command; do
     sh -c "$command" >> "$sim/units.log" 2>&1 && echo "started $unit" >> "$sim/units.log" || echo "FAILED $unit" >> "$sim/units.log"
   done
@@ -22,6 +25,13 @@ for script in /etc/rc2.d/S*earlyoom; do  # host_guard's earlyoom, enabled the sy
   [ -e "$script" ] && "$script" start >> "$sim/units.log" 2>&1 || true
 done
 awk '{print $22}' /proc/1/stat > "$sim/booted"
+# The units ordered after Docker (the supervisor that brings the model back): started once the node's daemon answers,
+# in the background, as systemd starts them once docker.service is up.
+for unit in $after_docker; do
+  command=$(sed -n 's/^ExecStart=//p' "$unit")
+  (until docker info >/dev/null 2>&1; do sleep 0.5; done; echo "started $unit" >> "$sim/units.log"
+   exec setsid sh -c "$command" </dev/null >> "$sim/units.log" 2>&1) &
+done
 install -d -m 0700 /root/.ssh
 for name in authorized_keys id_ed25519 known_hosts; do ln -sf "$sim/$name" "/root/.ssh/$name"; done
 python3 /usr/local/sbin/sim-gb10-memory "$sim" >> "$sim/gb10_memory.log" 2>&1 &

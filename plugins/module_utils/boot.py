@@ -1,0 +1,367 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The cluster comes back by itself: a supervisor on every node, started at boot, that does what the plan says.
+
+Today's launch leaves nothing a node could restart by itself: ``vllm serve`` is a process exec'd into the head's Ray
+container (fact 1), so a Docker restart policy brings back Ray at best, an orphaned Ray that serves nothing. And a
+restart policy would start the containers before anything has looked at the node: a Spark that comes back with
+memory pinned (fact 3) would load the model into what is left, and fail, or starve the OS.
+
+So each node gets a small supervisor, a systemd unit ordered after Docker (``unit``), that reads the plan's steps for
+that node (``plan``, written as JSON beside the node's state) and brings each one about in order, looking again every
+few seconds. The order and the waits are data:
+
+- a worker: the head's Ray port answers, then its Ray container runs (started only when the node's memory fits);
+- the head: its Ray container runs, every node and GPU has joined (the join gate, fact 2), vLLM runs in the head's
+  container as the process group vllm_process makes (started only when the memory fits), the endpoint answers, and
+  one completion is asked of it (the smoke test of a boot);
+- the mp backend: each node's vLLM container runs; the head's endpoint answers.
+
+A step that waits (``tcp``, ``join``, ``health``) ends the look when it is not yet true; a step that acts
+(``container``, ``driver``) checks the memory first and refuses to start when it does not fit, saying why in the
+status file, which status.yml shows. A worker that reboots kills the head's vLLM (its rank is gone); the head's
+supervisor starts vLLM again once the worker has joined. Playbooks that change the cluster hold the supervisor
+(``hold`` file) while they work, so it never fights them; teardown removes it.
+
+``round`` decides one look from what ``Ops`` reads; ``main`` runs it on the node (stdlib only, with the modules of
+this collection it imports copied beside it by the vllm_boot module).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import endpoint
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import ray_state
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import unified_memory
+
+UNIT_DIR = "/etc/systemd/system"
+LIB_MODULES = ("boot", "endpoint", "errors", "process_group", "ray_state", "unified_memory")  # what the node's copy needs
+PACKAGE = "ansible_collections.dgx_spark.vllm.plugins.module_utils"
+INTERVAL = 5            # seconds between looks
+EVENTS_KEPT = 30
+WAITS = ("tcp", "join", "health")
+ACTS = ("container", "driver")
+GIB = 1024 ** 3
+
+
+def unit_name(cluster):
+    return "dgx-spark-vllm-serve-%s.service" % cluster
+
+
+def paths(state_dir, cluster):
+    """Where the supervisor's files are on a node: its unit, its copy of the code, its plan, its status, the hold."""
+    name = unit_name(cluster)
+    return {"unit": "%s/%s" % (UNIT_DIR, name), "wants": "%s/multi-user.target.wants/%s" % (UNIT_DIR, name),
+            "lib": state_dir + "/boot/lib", "config": state_dir + "/boot/plan.json",
+            "status": state_dir + "/boot/status.json", "hold": state_dir + "/boot/hold"}
+
+
+def command(where):
+    """The supervisor's command line (the unit's ExecStart): Python with the copied modules on its path."""
+    return ["/usr/bin/env", "PYTHONPATH=" + where["lib"], "python3", "-m", PACKAGE + ".boot", where["config"]]
+
+
+def unit(cluster, where, firewall_unit=None):
+    """The systemd unit: after Docker (and the firewall's unit, which loads the table before Docker starts)."""
+    after = "docker.service network-online.target" + (" " + firewall_unit if firewall_unit else "")
+    return "\n".join([
+        "# Written by dgx_spark.vllm for cluster %s; removed by teardown.yml." % cluster,
+        "[Unit]",
+        "Description=dgx_spark.vllm %s: bring the model back after a boot or a crash" % cluster,
+        "After=" + after,
+        "Wants=docker.service network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        "ExecStart=" + " ".join(command(where)),
+        "Restart=on-failure",
+        "RestartSec=5",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        ""])
+
+
+def memory_need(memory_plan, node, settings):
+    """What must be free on ``node`` before anything that loads the model starts: what vLLM requests (fact 3's fit)
+    with room for its processes and the OS floor, and the most unaccounted (pinned) memory the planner accepts."""
+    entry = ((memory_plan or {}).get("nodes") or {}).get(node)
+    limit = int(float(settings["unaccounted_limit_gib"]) * GIB)
+    if not entry:
+        return {"need_available_bytes": None, "unaccounted_limit_bytes": limit}
+    floor = int((memory_plan or {}).get("headroom_floor_bytes") or 0)
+    return {"need_available_bytes": int(entry["requested_bytes"]) + int(entry.get("runtime_bytes") or 0) + floor,
+            "unaccounted_limit_bytes": limit}
+
+
+def steps(backend, node, is_head, cluster, containers, serve, head_paths):
+    """The ordered steps of one node."""
+    result = []
+    if backend == "ray" and not is_head:
+        host, port = cluster["ray_address"].rsplit(":", 1)
+        result.append({"name": "the head's Ray (%s) answers" % cluster["ray_address"], "kind": "tcp", "host": host, "port": int(port)})
+    for spec in containers:
+        result.append({"name": "container %s runs" % spec["name"], "kind": "container", "container": spec["name"], "check_memory": True})
+    if not is_head:
+        return result
+    endpoint_info = cluster["endpoint"]
+    if backend == "ray":
+        result.append({"name": "every node and GPU joined Ray (%d GPUs)" % cluster["expected_ray_gpus"], "kind": "join",
+                       "container": containers[0]["name"], "expected_nodes": cluster["expected_ray_nodes"],
+                       "expected_gpus": cluster["expected_ray_gpus"], "expected_ips": cluster["expected_ips"]})
+        result.append({"name": "vLLM runs in %s" % serve["container"], "kind": "driver", "container": serve["container"],
+                       "argv": serve["command"], "config_hash": serve["config_hash"], "log_file": serve["log"],
+                       "state_file": head_paths["vllm_state_container"], "check_memory": True})
+    result.append({"name": "the endpoint answers", "kind": "health", "url": endpoint_info["local_health_url"]})
+    result.append({"name": "one completion", "kind": "completion", "url": endpoint_info["local_health_url"].rsplit("/", 1)[0],
+                   "model": endpoint_info["served_model_name"], "key_file": head_paths["api_key_file"]})
+    return result
+
+
+def plan(settings, backend, node, entry, cluster, firewall_unit=None):
+    """The supervisor of one node: its files (unit and plan) and whether it is on (``vllm_boot_start``)."""
+    where = paths(entry["paths"]["state_dir"], settings["cluster_name"])
+    head_paths = dict(entry["paths"], vllm_state_container="%s/run/vllm.json" % cluster["mounts"]["state"])
+    config = {"cluster": settings["cluster_name"], "node": node, "is_head": entry["is_head"], "backend": backend,
+              "config_hash": (entry.get("serve") or {}).get("config_hash") or entry["config_hash"], "interval": INTERVAL,
+              "status": where["status"], "hold": where["hold"],
+              "memory": memory_need(cluster.get("memory"), node, settings),
+              "steps": steps(backend, node, entry["is_head"], cluster, entry["containers"], entry.get("serve"), head_paths)}
+    return {"enabled": bool(settings["boot_start"]), "unit_name": unit_name(settings["cluster_name"]), "paths": where,
+            "unit": unit(settings["cluster_name"], where, firewall_unit), "config": config}
+
+
+def installed(state_dir, cluster):
+    """What status.yml and teardown.yml know of a node's supervisor without a profile: where it is (its plan, read
+    from the node, says the rest)."""
+    return {"enabled": None, "unit_name": unit_name(cluster), "paths": paths(state_dir, cluster), "config": None, "unit": None}
+
+
+def next_boot(config, enabled, status):
+    """What status.yml says this node does at its next boot, and how its last look went."""
+    if not enabled or not config:
+        return {"next_boot": "nothing: the supervisor is off (vllm_boot_start: false) or not installed; serve.yml starts the model",
+                "state": (status or {}).get("state")}
+    names = [s["name"] for s in config["steps"]]
+    status = status or {}
+    held = " (held now: %s)" % status.get("detail") if status.get("state") == "held" else ""
+    return {"next_boot": "checks memory, then: " + "; ".join(names) + held, "state": status.get("state"),
+            "detail": status.get("detail"), "since": status.get("since")}
+
+
+class Ops:
+    """What a look reads and does on the node. Tests give a fake; ``main`` gives this one."""
+
+    docker = "docker"
+
+    def run(self, argv, data=None, timeout=60):
+        try:
+            proc = subprocess.run([str(a) for a in argv], input=data, capture_output=True, text=True, timeout=timeout, check=False,
+                                  env=dict(os.environ, LC_ALL="C", LANG="C"))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return 127, "", str(exc)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def exists(self, path):
+        return os.path.exists(path)
+
+    def read(self, path):
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+
+    def connects(self, host, port):
+        try:
+            with socket.create_connection((host, port), timeout=2):
+                return True
+        except OSError:
+            return False
+
+    def http(self, url, body=None, key=None, timeout=5):
+        """(status, parsed JSON or None) of a GET, or of a POST of ``body``."""
+        from urllib.request import Request, urlopen  # pylint: disable=import-outside-toplevel
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = "Bearer " + key
+        request = Request(url, data=json.dumps(body).encode() if body is not None else None, headers=headers)
+        try:
+            with urlopen(request, timeout=timeout) as answer:  # nosec: the node's own endpoint
+                text = answer.read().decode("utf-8", "replace")
+                return answer.status, (json.loads(text) if text.strip().startswith("{") else None)
+        except Exception:  # pylint: disable=broad-except
+            return None, None
+
+    def now(self):
+        return time.time()
+
+
+def memory_problem(need, ops):
+    """Why the node's memory does not allow a start now, or None."""
+    try:
+        facts = unified_memory.summarize(unified_memory.parse_meminfo(ops.read("/proc/meminfo")))
+    except (OSError, ValueError, KeyError) as exc:
+        return "could not read /proc/meminfo: %s" % exc
+    unaccounted, available = facts["unaccounted_bytes"], facts["mem_available_bytes"]
+    if unaccounted >= need["unaccounted_limit_bytes"]:
+        return ("%.1f GiB is used that nothing explains: memory pinned by a container killed hard. Nothing but a reboot "
+                "frees it; reboot this node" % (unaccounted / GIB))
+    if need["need_available_bytes"] and available < need["need_available_bytes"]:
+        return ("%.1f GiB available, the plan needs %.1f GiB; free memory (a page cache: echo 3 > /proc/sys/vm/drop_caches) "
+                "or run serve.yml with a lower gpu_memory_utilization" % (available / GIB, need["need_available_bytes"] / GIB))
+    return None
+
+
+def container_running(ops, name):
+    rc, out, err = ops.run([ops.docker, "inspect", "--format", "{{.State.Running}}", name], timeout=20)
+    if rc != 0:
+        return False, "no container %s (%s): run serve.yml" % (name, (err or out).strip()[-120:])
+    return out.strip() == "true", "not running"
+
+
+def driver_state(ops, step):
+    rc, out, err = ops.run(pg.read_argv(ops.docker, step["container"], step["state_file"]), timeout=20)
+    state = pg.parse_state(out) if rc == 0 else None
+    if not state:
+        return None
+    alive = ops.run(pg.alive_argv(ops.docker, step["container"], state["pgid"]), timeout=20)[0] == 0
+    return state if alive else None
+
+
+def check(step, ops, memo):
+    """(true now, what is missing) for one step."""
+    kind = step["kind"]
+    if kind == "tcp":
+        return ops.connects(step["host"], step["port"]), "no answer yet"
+    if kind == "container":
+        return container_running(ops, step["container"])
+    if kind == "join":
+        rc, out, err = ops.run(ray_state.probe_argv("auto", container=step["container"], docker=ops.docker), timeout=40)
+        try:
+            state = ray_state.evaluate(ray_state.summarize(ray_state.parse_probe_output(rc, out, err, step["container"])),
+                                       step["expected_nodes"], step["expected_gpus"], step["expected_ips"])
+        except ray_state.RayStateError as exc:
+            return False, str(exc)
+        return state["ready"], "; ".join(state["reasons"])
+    if kind == "driver":
+        state = driver_state(ops, step)
+        memo["pgid"] = (state or {}).get("pgid")
+        return state is not None, "not running"
+    if kind == "health":
+        return ops.http(step["url"])[0] == 200, "not answering 200 yet"
+    if kind == "completion":
+        if memo.get("asked_for") == memo.get("pgid"):
+            return memo.get("completion_ok", False), memo.get("completion_detail", "")
+        return None, "to ask"
+    raise ValueError("unknown step kind %r" % kind)
+
+
+def act(step, ops):
+    """Start what ``step`` names; returns what was done."""
+    if step["kind"] == "container":
+        rc, out, err = ops.run([ops.docker, "start", step["container"]], timeout=120)
+        if rc != 0:
+            raise pg.StartError("docker start %s failed: %s" % (step["container"], (err or out).strip()[-300:]))
+        return "started container %s" % step["container"]
+    pgid = pg.start_group(lambda argv, data=None: ops.run(argv, data=data), ops.docker, step["container"], step["argv"],
+                          step["config_hash"], step["state_file"], step["log_file"])
+    return "started vLLM in %s (process group %d)" % (step["container"], pgid)
+
+
+def ask(step, ops):
+    """(passed, detail) of one short completion from the node's own endpoint, with the key the launcher reads."""
+    try:
+        key = ops.read(step["key_file"]).strip()
+    except OSError as exc:
+        return False, "no API key at %s: %s" % (step["key_file"], exc)
+    status, answer = ops.http(step["url"] + "/v1/chat/completions", endpoint.chat_request(step["model"], "Say hello.", max_tokens=8),
+                              key=key, timeout=120)
+    if status != 200:
+        return False, "the completion answered %s" % status
+    return endpoint.judge({"kind": "chat"}, answer)
+
+
+def look(config, ops, memo):
+    """One look: (state, detail, what was done or None). States: held, waiting, refused, starting, serving, failed."""
+    if ops.exists(config["hold"]):
+        return "held", "a playbook is changing the cluster (%s)" % config["hold"], None
+    for step in config["steps"]:
+        done, missing = check(step, ops, memo)
+        if done:
+            continue
+        if step["kind"] == "completion":
+            if done is None:
+                memo["asked_for"] = memo.get("pgid")
+                memo["completion_ok"], memo["completion_detail"] = ask(step, ops)
+                what = "completion %s: %s" % ("passed" if memo["completion_ok"] else "FAILED", memo["completion_detail"])
+                return ("serving" if memo["completion_ok"] else "failed"), what, what
+            return "failed", "completion: " + missing, None
+        if step["kind"] in WAITS:
+            return "waiting", "%s: %s" % (step["name"], missing), None
+        problem = memory_problem(config["memory"], ops) if step.get("check_memory") else None
+        if problem:
+            return "refused", "not starting (%s): %s" % (step["name"], problem), None
+        try:
+            return "starting", step["name"], act(step, ops)
+        except pg.StartError as exc:
+            return "failed", str(exc), str(exc)
+    return "serving", "every step holds", None
+
+
+def record(status, state, detail, did, now, pid):
+    """The status file's next content: the state, since when, the last events."""
+    status = dict(status or {})
+    if status.get("state") != state or status.get("detail") != detail:
+        status.update(state=state, detail=detail, since=now)
+    events = list(status.get("events") or [])
+    if did:
+        events.append({"at": now, "what": did})
+    status.update(events=events[-EVENTS_KEPT:], heartbeat=now, pid=pid)
+    if state == "serving" and not status.get("serving_since"):
+        status["serving_since"] = now
+    if state != "serving":
+        status.pop("serving_since", None)
+    return status
+
+
+def write_status(path, status):
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    temp = path + ".tmp"
+    with open(temp, "w", encoding="utf-8") as handle:
+        json.dump(status, handle, indent=2, sort_keys=True)
+    os.replace(temp, path)
+
+
+def main(argv=None, ops=None, sleep=time.sleep, rounds=None):
+    """Run the supervisor of the plan file ``argv[0]`` until the file is gone (teardown)."""
+    config_path = (argv or sys.argv[1:])[0]
+    ops = ops or Ops()
+    memo, status = {}, None
+    while rounds is None or rounds > 0:
+        rounds = None if rounds is None else rounds - 1
+        try:
+            config = json.loads(ops.read(config_path))
+        except (OSError, ValueError):
+            return 0  # removed by teardown.yml: nothing to bring back
+        if status is None:  # this start of the supervisor (a boot): the last events are kept, the state is looked at anew
+            try:
+                events = json.loads(ops.read(config["status"])).get("events") or []
+            except (OSError, ValueError, AttributeError):
+                events = []
+            status = {"events": events + [{"at": ops.now(), "what": "supervisor started"}], "started": ops.now()}
+        state, detail, did = look(config, ops, memo)
+        status = record(status, state, detail, did, ops.now(), os.getpid())
+        write_status(config["status"], status)
+        sleep(config.get("interval", INTERVAL))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
