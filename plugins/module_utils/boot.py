@@ -119,7 +119,8 @@ def steps(backend, node, is_head, cluster, containers, serve, head_paths):
                        "expected_gpus": cluster["expected_ray_gpus"], "expected_ips": cluster["expected_ips"]})
         result.append({"name": "vLLM runs in %s" % serve["container"], "kind": "driver", "container": serve["container"],
                        "argv": serve["command"], "config_hash": serve["config_hash"], "log_file": serve["log"],
-                       "state_file": head_paths["vllm_state_container"], "check_memory": True})
+                       "state_file": head_paths["vllm_state_container"], "state_file_host": head_paths["vllm_state_file"],
+                       "check_memory": True})
     result.append({"name": "the endpoint answers", "kind": "health", "url": endpoint_info["local_health_url"]})
     result.append({"name": "one completion", "kind": "completion", "url": endpoint_info["local_health_url"].rsplit("/", 1)[0],
                    "model": endpoint_info["served_model_name"], "key_file": head_paths["api_key_file"]})
@@ -226,8 +227,11 @@ def container_running(ops, name):
 
 
 def driver_state(ops, step):
-    rc, out, err = ops.run(pg.read_argv(ops.docker, step["container"], step["state_file"]), timeout=20)
-    state = pg.parse_state(out) if rc == 0 else None
+    """vLLM's process group when it is alive (its state file read on the node, where the container's folder is)."""
+    try:
+        state = pg.parse_state(ops.read(step["state_file_host"]))
+    except OSError:
+        state = None
     if not state:
         return None
     alive = ops.run(pg.alive_argv(ops.docker, step["container"], state["pgid"]), timeout=20)[0] == 0
@@ -242,6 +246,8 @@ def check(step, ops, memo):
     if kind == "container":
         return container_running(ops, step["container"])
     if kind == "join":
+        if memo.get("driver_alive"):  # the gate guards vLLM's start; once vLLM runs it is not asked (Ray's client is heavy)
+            return True, ""
         rc, out, err = ops.run(ray_state.probe_argv("auto", container=step["container"], docker=ops.docker), timeout=40)
         try:
             state = ray_state.evaluate(ray_state.summarize(ray_state.parse_probe_output(rc, out, err, step["container"])),
@@ -250,9 +256,7 @@ def check(step, ops, memo):
             return False, str(exc)
         return state["ready"], "; ".join(state["reasons"])
     if kind == "driver":
-        state = driver_state(ops, step)
-        memo["pgid"] = (state or {}).get("pgid")
-        return state is not None, "not running"
+        return memo.get("driver_alive", False), "not running"
     if kind == "health":
         return ops.http(step["url"])[0] == 200, "not answering 200 yet"
     if kind == "completion":
@@ -291,6 +295,10 @@ def look(config, ops, memo):
     """One look: (state, detail, what was done or None). States: held, waiting, refused, starting, serving, failed."""
     if ops.exists(config["hold"]):
         return "held", "a playbook is changing the cluster (%s)" % config["hold"], None
+    for step in config["steps"]:
+        if step["kind"] == "driver":
+            state = driver_state(ops, step)
+            memo["pgid"], memo["driver_alive"] = (state or {}).get("pgid"), state is not None
     for step in config["steps"]:
         done, missing = check(step, ops, memo)
         if done:

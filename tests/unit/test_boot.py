@@ -37,6 +37,7 @@ def test_each_node_gets_its_steps_in_order_from_the_plan(tmp_path):
     # the driver the supervisor starts is the one serve.yml starts, under the same hash: a later serve.yml changes nothing
     assert steps[2]["argv"] == serve["command"] and steps[2]["config_hash"] == serve["config_hash"] == cluster["serve_config_hash"]
     assert steps[2]["state_file"] == "/dgx-spark/run/vllm.json" and steps[2]["check_memory"]
+    assert steps[2]["state_file_host"] == made["nodes"][head]["paths"]["vllm_state_file"]
     assert steps[3]["url"] == cluster["endpoint"]["local_health_url"]
     assert steps[4]["key_file"] == made["nodes"][head]["paths"]["api_key_file"] and steps[4]["model"] == cluster["endpoint"]["served_model_name"]
     node_memory = cluster["memory"]["nodes"][head]
@@ -84,6 +85,8 @@ class FakeNode(boot.Ops):
         return path in self.files
 
     def read(self, path):
+        if path == "/state/run/vllm.json" and self.pgid:
+            return json.dumps({"pgid": self.pgid, "config_hash": "h"})
         if path not in self.files:
             raise OSError("no %s" % path)
         return self.files[path]
@@ -109,8 +112,6 @@ class FakeNode(boot.Ops):
             return 1, "", "container head is not running"
         if argv[1] == "exec" and "-c" in argv and "import ray" in " ".join(argv):
             return 0, self.ray, ""
-        if argv[1] == "exec" and argv[-2:] == ["cat", "/dgx-spark/run/vllm.json"]:
-            return (0, json.dumps({"pgid": self.pgid, "config_hash": "h"}), "") if self.pgid else (1, "", "No such file")
         if argv[1] == "exec" and argv[3:5] == ["kill", "-0"]:
             return (0, "", "") if self.pgid else (1, "", "")
         if argv[1] == "exec" and argv[2] == "-d":  # the launch
@@ -129,6 +130,7 @@ def head_config():
                        "expected_gpus": 2, "expected_ips": ["10.210.0.10", "10.210.0.11"]},
                       {"name": "vLLM runs in head", "kind": "driver", "container": "head", "argv": ["/dgx-spark/bin/vllm-serve", "m"],
                        "config_hash": "h", "state_file": "/dgx-spark/run/vllm.json", "log_file": "/dgx-spark/logs/vllm.log",
+                       "state_file_host": "/state/run/vllm.json",
                        "check_memory": True},
                       {"name": "the endpoint answers", "kind": "health", "url": "http://127.0.0.1:8000/health"},
                       {"name": "one completion", "kind": "completion", "url": "http://127.0.0.1:8000", "model": "m",
@@ -157,6 +159,7 @@ def test_a_head_that_boots_starts_in_order_and_only_when_every_node_joined():
     state, detail, did = boot.look(config, node, memo)
     assert state == "serving" and did.startswith("completion passed") and node.asked == 1
     assert boot.look(config, node, memo) == ("serving", "every step holds", None) and node.asked == 1  # asked once per start
+    assert not any("import ray" in " ".join(c) for c in node.calls[-4:])  # while vLLM runs, Ray's client is not started
 
 
 def test_a_dead_vllm_is_started_again_and_asked_again():
