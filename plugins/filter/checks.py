@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files, nccl_log, parity, status
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import perftest, ring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import perftest, recover, ring
 
 
 def env_parity(planned, actual, what="container"):
@@ -40,6 +40,15 @@ def nccl_transport(text, expect_ib=True, strict=False):
 
 def status_report(nodes, ray=None, endpoint=None):
     return status.report(nodes, ray, endpoint)
+
+
+def recover_decision(state, backend="ray"):
+    """recover.yml's decision from state.yml's ``cluster_state``."""
+    return recover.decide(state["nodes"], state["head"], state.get("ray"), state.get("vllm"), state.get("endpoint"), backend)
+
+
+def recover_refusal(nodes, plan_nodes, waited):
+    return recover.refusal(nodes, plan_nodes, int(waited))
 
 
 def status_node(pair):
@@ -98,6 +107,8 @@ class FilterModule:
             "nccl_transport": nccl_transport,
             "status_report": status_report,
             "status_node": status_node,
+            "recover_decision": recover_decision,
+            "recover_refusal": recover_refusal,
             "human_bytes": human_bytes,
             "rsync_summary": rsync_summary,
             "ring_failures": ring_failures,

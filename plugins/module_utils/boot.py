@@ -107,7 +107,10 @@ def steps(backend, node, is_head, cluster, containers, serve, head_paths):
     result = []
     if backend == "ray" and not is_head:
         host, port = cluster["ray_address"].rsplit(":", 1)
-        result.append({"name": "the head's Ray (%s) answers" % cluster["ray_address"], "kind": "tcp", "host": host, "port": int(port)})
+        # A worker's Ray stays joined to a head that went away until its raylet gives up (a minute or more): when the
+        # head's port was lost and answers again, the worker's container is restarted to join the new head at once.
+        result.append({"name": "the head's Ray (%s) answers" % cluster["ray_address"], "kind": "tcp", "host": host, "port": int(port),
+                       "rejoin": containers[0]["name"]})
     for spec in containers:
         result.append({"name": "container %s runs" % spec["name"], "kind": "container", "container": spec["name"], "check_memory": True})
     if not is_head:
@@ -242,7 +245,10 @@ def check(step, ops, memo):
     """(true now, what is missing) for one step."""
     kind = step["kind"]
     if kind == "tcp":
-        return ops.connects(step["host"], step["port"]), "no answer yet"
+        answers = ops.connects(step["host"], step["port"])
+        if not answers:
+            memo["head_lost"] = True
+        return answers and not (memo.get("head_lost") and step.get("rejoin")), "no answer yet"
     if kind == "container":
         return container_running(ops, step["container"])
     if kind == "join":
@@ -268,6 +274,11 @@ def check(step, ops, memo):
 
 def act(step, ops):
     """Start what ``step`` names; returns what was done."""
+    if step["kind"] == "tcp":  # the head came back: join it again
+        rc, out, err = ops.run([ops.docker, "restart", "--time", "10", step["rejoin"]], timeout=120)
+        if rc != 0:
+            raise pg.StartError("docker restart %s failed: %s" % (step["rejoin"], (err or out).strip()[-300:]))
+        return "restarted container %s: the head's Ray went away and is back" % step["rejoin"]
     if step["kind"] == "container":
         rc, out, err = ops.run([ops.docker, "start", step["container"]], timeout=120)
         if rc != 0:
@@ -310,6 +321,17 @@ def look(config, ops, memo):
                 what = "completion %s: %s" % ("passed" if memo["completion_ok"] else "FAILED", memo["completion_detail"])
                 return ("serving" if memo["completion_ok"] else "failed"), what, what
             return "failed", "completion: " + missing, None
+        if step["kind"] == "tcp" and memo.get("head_lost") and ops.connects(step["host"], step["port"]):
+            memo["head_lost"] = False  # whatever follows, this head is the one to join
+            if container_running(ops, step["rejoin"])[0]:
+                problem = memory_problem(config["memory"], ops)
+                if problem:
+                    return "refused", "not restarting %s: %s" % (step["rejoin"], problem), None
+                try:
+                    return "starting", step["name"], act(step, ops)
+                except pg.StartError as exc:
+                    return "failed", str(exc), str(exc)
+            continue
         if step["kind"] in WAITS:
             return "waiting", "%s: %s" % (step["name"], missing), None
         problem = memory_problem(config["memory"], ops) if step.get("check_memory") else None
@@ -325,9 +347,11 @@ def look(config, ops, memo):
 def record(status, state, detail, did, now, pid):
     """The status file's next content: the state, since when, the last events."""
     status = dict(status or {})
+    events = list(status.get("events") or [])
+    if status.get("state") != state:
+        events.append({"at": now, "what": "%s: %s" % (state, detail)})
     if status.get("state") != state or status.get("detail") != detail:
         status.update(state=state, detail=detail, since=now)
-    events = list(status.get("events") or [])
     if did:
         events.append({"at": now, "what": did})
     status.update(events=events[-EVENTS_KEPT:], heartbeat=now, pid=pid)

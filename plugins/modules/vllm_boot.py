@@ -237,6 +237,9 @@ def main():
                 os.remove(where["hold"])
             if not enabled:
                 sup.stop()
+                if os.path.exists(where["status"]):  # its last look is history now; status.yml must not show it as current
+                    sup.write(where["status"], json.dumps({"state": "off", "detail": "vllm_boot_start is false",
+                                                           "events": (sup.status() or {}).get("events") or []}, indent=2) + "\n", 0o644)
             elif start:
                 sup.start(restart=result["running"])
             result["running"] = sup.running()

@@ -27,6 +27,7 @@ def test_each_node_gets_its_steps_in_order_from_the_plan(tmp_path):
     cluster = made["cluster"]
     worker_steps = made["nodes"][worker]["boot"]["config"]["steps"]
     assert [s["kind"] for s in worker_steps] == ["tcp", "container"]
+    assert worker_steps[0]["rejoin"] == made["nodes"][worker]["containers"][0]["name"]
     assert (worker_steps[0]["host"], worker_steps[0]["port"]) == (cluster["head_ip"], 6379)
     assert worker_steps[1]["container"] == made["nodes"][worker]["containers"][0]["name"] and worker_steps[1]["check_memory"]
     head_boot = made["nodes"][head]["boot"]
@@ -105,9 +106,9 @@ class FakeNode(boot.Ops):
         self.calls.append(list(argv))
         if argv[1] == "inspect":
             return (0, "true\n" if argv[-1] in self.running else "false\n", "") if argv[-1] in ("head", "worker") else (1, "", "No such object")
-        if argv[1] == "start":
-            self.running.add(argv[2])
-            return 0, argv[2], ""
+        if argv[1] in ("start", "restart"):
+            self.running.add(argv[-1])
+            return 0, argv[-1], ""
         if argv[1] == "exec" and "ray" not in self.running and argv[2] == "head":
             return 1, "", "container head is not running"
         if argv[1] == "exec" and "-c" in argv and "import ray" in " ".join(argv):
@@ -199,7 +200,9 @@ def test_the_status_keeps_the_state_since_it_began_and_the_last_events():
     same = boot.record(first, "waiting", "join", None, 15.0, 1)
     assert same["since"] == 10.0 and same["heartbeat"] == 15.0
     serving = boot.record(same, "serving", "ok", "completion passed", 20.0, 1)
-    assert serving["serving_since"] == 20.0 and serving["events"][-1] == {"at": 20.0, "what": "completion passed"}
+    assert serving["serving_since"] == 20.0 and serving["events"][-2:] == [{"at": 20.0, "what": "serving: ok"},
+                                                                           {"at": 20.0, "what": "completion passed"}]
+    assert [e["what"] for e in serving["events"]] == ["waiting: join", "serving: ok", "completion passed"]  # changes of state only
     many = serving
     for i in range(40):
         many = boot.record(many, "starting", str(i), "did %d" % i, 30.0 + i, 1)
@@ -219,7 +222,8 @@ def test_the_supervisor_ends_when_teardown_removed_its_plan(tmp_path):
 
     assert boot.main([str(path)], ops=boot.Ops(), sleep=sleep) == 0
     status = json.loads((tmp_path / "status.json").read_text())
-    assert status["state"] == "serving" and status["events"][0]["what"] == "supervisor started" and len(slept) == 2
+    assert status["state"] == "serving" and [e["what"] for e in status["events"]] == ["supervisor started", "serving: every step holds"]
+    assert len(slept) == 2
 
 
 def module_boot(tmp_path):
@@ -266,3 +270,23 @@ def test_the_module_installs_starts_holds_releases_and_removes_only_its_files(tm
     assert gone["changed"] and not gone["running"]
     assert sorted(os.listdir(tmp_path / "state/boot")) == ["other"] and not os.path.lexists(where["wants"])
     assert not run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})["changed"]
+
+
+def worker_config():
+    return {"hold": "/state/boot/hold", "status": "/state/boot/status.json", "interval": 5,
+            "memory": {"need_available_bytes": int(100 * boot.GIB), "unaccounted_limit_bytes": 8 * boot.GIB},
+            "steps": [{"name": "the head's Ray answers", "kind": "tcp", "host": "10.210.0.10", "port": 6379, "rejoin": "worker"},
+                      {"name": "container worker runs", "kind": "container", "container": "worker", "check_memory": True}]}
+
+
+def test_a_worker_rejoins_a_head_that_went_away_and_came_back_at_once():
+    node = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt")}, running={"head", "worker"})
+    memo = {}
+    assert boot.look(worker_config(), node, memo) == ("serving", "every step holds", None)
+    node.running.discard("head")  # the head reboots: its port goes; the worker's Ray would stay joined to it for minutes
+    assert boot.look(worker_config(), node, memo)[0] == "waiting"
+    node.running.add("head")
+    state, detail, did = boot.look(worker_config(), node, memo)
+    assert state == "starting" and did.startswith("restarted container worker")
+    assert node.calls[-1][:2] == ["docker", "restart"]
+    assert boot.look(worker_config(), node, memo) == ("serving", "every step holds", None)
