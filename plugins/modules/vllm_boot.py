@@ -14,7 +14,7 @@ description:
     action only if something on the node starts it again. C(vllm serve) is a process exec'd into the head's Ray
     container, so a Docker restart policy cannot; and a restart policy would start the containers before anything
     looked at the node's memory (pinned memory after a hard kill, fact 3).
-  - This module installs the plan's supervisor (module_utils/boot.py says what it does): its plan file, its unit
+  - This module installs the plan's supervisor (module_utils/boot.py says what it does), that is its plan file, its unit
     (ordered after Docker), a copy of the collection's modules it runs, and starts it. The order and the waits are
     the plan's data (O(boot)); the module writes them and changes nothing else.
   - O(state=held) makes the supervisor keep its hands off while a playbook changes the cluster; O(state=present)

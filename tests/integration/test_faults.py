@@ -57,6 +57,17 @@ def available_gib(client, node):
     return int(line.split()[1]) / 1024 ** 2
 
 
+def supervisor(node, state=None, seconds=60):
+    """The node's supervisor's status file (module_utils/boot.py); with ``state``, waited for until it says so."""
+    deadline = time.monotonic() + seconds
+    while True:
+        status = json.loads(node_docker_exec(node, ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/boot/status.json"]))
+        if state is None or status.get("state") == state or time.monotonic() > deadline:
+            assert state is None or status.get("state") == state, status
+            return status
+        time.sleep(1)
+
+
 def head():
     return node_docker("sim-head")
 
@@ -228,6 +239,9 @@ def test_a_hard_killed_worker_is_named_by_status_and_pins_its_memory_until_it_re
     rc, out = playbook("status", log="faults-status-broken")
     assert rc != 0
     assert "sim-worker1 (10.210.0.11): dgx-spark-ray-sim-worker1 exited" in out and "NOT OK" in out
+    # The worker's supervisor does not start its container into the pinned memory, and says why.
+    assert supervisor("sim-worker1", "refused")["detail"].startswith(
+        "not starting (container dgx-spark-ray-sim-worker1 runs): 36.6 GiB is used that nothing explains")
     rc, out = playbook("serve", log="faults-serve-pinned")
     assert rc != 0
     assert "ERROR [sim-worker1]: sim-worker1 holds 36.6 GiB that no process, GPU context or kernel structure explains: memory " \
@@ -237,11 +251,13 @@ def test_a_hard_killed_worker_is_named_by_status_and_pins_its_memory_until_it_re
     assert 117 < available_gib(client, "sim-worker1") < 118
     # The boot loaded the firewall before the node's Docker started: Ray's ports were never open to others.
     assert "table inet dgx_spark_vllm_dgx_spark" in node_docker_exec("sim-worker1", ["nft", "list", "tables"]).splitlines()
-    playbook("serve", log="faults-serve-restore", check=True)
-    assert chat() == 200
+    assert answered_again(300)  # the supervisors bring it back: no Ansible in between
+    rc, out = playbook("serve", log="faults-serve-restore", check=True)
+    assert "Changes: none, every container and vLLM run as planned" in out
     record("fault", "worker container killed hard (docker kill) while serving",
-           "status names it; serve refuses to launch into the pinned memory and names the reboot; after the power cycle "
-           "(sim.yml -e sim_reboot=sim-worker1) serve restores it", time.monotonic() - started)
+           "status names it; the node's supervisor and serve.yml refuse to start into the pinned memory and name the "
+           "reboot; after the power cycle (sim.yml -e sim_reboot=sim-worker1) the cluster comes back by itself",
+           time.monotonic() - started)
     rc, out = playbook("status", log="faults-status-healthy", check=True)
     assert "Healthy" in out
 
@@ -321,18 +337,22 @@ def test_head_killed_while_serving_leaves_the_workers_ray_stale_and_the_next_run
     assert rc != 0 and "sim-head (10.210.0.10): dgx-spark-ray-sim-head exited" in out
     rc, out = playbook("serve", log="faults-serve-head-killed")
     assert rc != 0 and "reboot sim-head before launching" in out
+    assert supervisor("sim-head", "refused")["detail"].startswith("not starting (container dgx-spark-ray-sim-head runs): ")
+    rebooted = time.monotonic()
     sim("faults-sim-reboot-head-serving", None, "-e", "sim_reboot=sim-head")
+    assert answered_again(300)  # no Ansible in between
+    back = time.monotonic() - rebooted
+    events = [e["what"] for e in supervisor("sim-worker1")["events"]]
+    assert any(e.startswith("restarted container dgx-spark-ray-sim-worker1: the head's Ray went away and is back") or
+               e.startswith("started container dgx-spark-ray-sim-worker1") for e in events), events  # joined the new head
     rc, out = playbook("serve", log="faults-serve-after-head-killed", check=True)
-    changes = [line for line in out.splitlines() if "Changes:" in line]
-    assert any("sim-head: start dgx-spark-ray-sim-head" in line for line in changes), changes
-    assert any("sim-worker1: restart dgx-spark-ray-sim-worker1" in line or "sim-worker1: start dgx-spark-ray-sim-worker1" in line
-               for line in changes), changes  # its Ray, joined to the dead head, is started again
-    assert chat() == 200
+    assert "Changes: none, every container and vLLM run as planned" in out
     elapsed = time.monotonic() - started
     record("fault", "head container killed hard (docker kill) while serving",
-           "status names it; serve refuses the pinned memory and names the reboot; after the power cycle serve recovers", elapsed)
+           "status names it; the supervisor and serve refuse the pinned memory and name the reboot; after the power cycle "
+           "the cluster comes back by itself (%.0f s from the power cycle to a completion)" % back, elapsed)
     record("fault", "a stale Ray session from our own dead head (the worker's Ray still joined to it)",
-           "serve starts the head and restarts the worker's Ray, then vLLM", elapsed)
+           "the worker's supervisor restarts its Ray once the head's port answers again; then the head starts vLLM", elapsed)
 
 
 def test_a_full_disk_on_the_head_is_refused_before_any_change_and_the_next_run_serves(client):
@@ -368,22 +388,67 @@ def answered_again(seconds=180):
     return False
 
 
-def test_a_worker_power_cycle_under_load_is_repaired_by_the_next_serve(client):
-    """The worker loses power while 8 streams run; serve.yml brings the cluster back. The outage and the failed
-    requests are measured, and every request succeeds again once it ends."""
+def test_a_worker_power_cycle_under_load_comes_back_by_itself(client):
+    """The worker loses power while 8 streams run; with no Ansible after the power cycle, its supervisor starts its Ray,
+    the head's starts vLLM again once it has joined. The outage and the failed requests are measured, and every
+    request succeeds again once it ends."""
     with Load(api_key(), max_requests=20000, max_seconds=900) as load:  # failures come fast: the time bounds it
         time.sleep(3)
         started = time.monotonic()
         sim("faults-sim-reboot-under-load", None, "-e", "sim_reboot=sim-worker1")
-        rc, out = playbook("serve", log="faults-serve-after-reboot-under-load", check=True)
-        assert answered_again()
+        assert answered_again(300)
         recovered = time.monotonic() - started
         time.sleep(5)
     figures = load.figures()
     assert figures["answered_after_last_failure"], figures
     assert chat() == 200
+    events = [e["what"] for e in supervisor("sim-head")["events"]]
+    assert any(e.startswith("started vLLM in dgx-spark-ray-sim-head") for e in events), events
     record("fault", "worker node power-cycled while serving, under load",
-           "the endpoint fails while the worker is gone; serve.yml restarts Ray's workers and vLLM", recovered, load=figures)
+           "the endpoint fails while the worker is gone; the worker's supervisor starts its Ray at boot, the head's "
+           "starts vLLM again once it has joined; no Ansible", recovered, load=figures)
+    rc, out = playbook("serve", log="faults-serve-after-reboot-under-load", check=True)
+    assert "Changes: none, every container and vLLM run as planned" in out
+
+
+def test_both_nodes_power_cycled_come_back_by_themselves(client):
+    """Both nodes lose power at once; nothing is run after the power cycle until a completion is served."""
+    started = time.monotonic()
+    sim("faults-sim-reboot-all", None, "-e", "sim_reboot=all")
+    assert answered_again(300)
+    recovered = time.monotonic() - started
+    rc, out = playbook("status", log="faults-status-after-reboot-all", check=True)
+    assert "supervisor: serving" in out and "next boot: checks memory, then: container dgx-spark-ray-sim-head runs" in out
+    record("fault", "both nodes power-cycled at once",
+           "each node's supervisor starts its Ray at boot, the head's waits for the join and starts vLLM; no Ansible", recovered)
+
+
+def test_a_killed_rank_comes_back_by_itself_or_by_recover(client):
+    """A rank's process killed on the worker ends vLLM: the head's supervisor starts it again. With the supervisor
+    off (vllm_boot_start: false), recover.yml names it and restarts the ranks only; on a healthy cluster it touches
+    nothing."""
+    kill_rank = ["docker", "exec", WORKER_RAY, "sh", "-c", 'kill -9 $(pgrep -f "ray::RayWorker")']
+    started = time.monotonic()
+    node_docker_exec("sim-worker1", kill_rank)
+    assert answered_again(300)
+    record("fault", "a rank's process killed (kill -9 of the worker's RayWorker)",
+           "vLLM ends; the head's supervisor starts it again once every node is joined; no Ansible", time.monotonic() - started)
+    playbook("serve", "-e", "vllm_boot_start=false", log="faults-serve-boot-off", check=True)
+    assert supervisor("sim-head", "off")
+    node_docker_exec("sim-worker1", kill_rank)
+    time.sleep(3)
+    started = time.monotonic()
+    rc, out = playbook("recover", "-e", "vllm_boot_start=false", log="faults-recover-rank", check=True)
+    assert "restart_ranks (sim-head): vLLM is not running on sim-head" in out
+    assert "Changes: sim-head: start vLLM" in out
+    assert chat() == 200
+    record("fault", "a rank's process killed, the supervisor off (vllm_boot_start: false)",
+           "recover.yml names it and restarts the ranks only (vLLM's process group), then verifies", time.monotonic() - started)
+    rc, out = playbook("recover", log="faults-recover-healthy", check=True)
+    assert "Nothing to recover: every node, Ray and the endpoint serve" in out
+    assert all(h["changed"] == 0 for h in recap(out).values()), recap(out)
+    playbook("serve", log="faults-serve-boot-on", check=True)
+    assert supervisor("sim-head", "serving")
 
 
 def test_an_image_removed_on_a_worker_is_sent_again_by_the_next_serve(client):

@@ -82,7 +82,8 @@ def shipped_profiles():
 
 def test_a_template_for_each_playbook_an_operator_runs():
     by_playbook = {t["playbook"]: t for t in templates()}
-    assert sorted(by_playbook) == ["playbooks/plan.yml", "playbooks/serve.yml", "playbooks/status.yml", "playbooks/teardown.yml"]
+    assert sorted(by_playbook) == ["playbooks/plan.yml", "playbooks/recover.yml", "playbooks/serve.yml", "playbooks/status.yml",
+                                   "playbooks/teardown.yml"]
     for playbook in by_playbook:
         assert os.path.exists(os.path.join(ROOT, playbook))
     for playbook in ("playbooks/plan.yml", "playbooks/serve.yml"):
@@ -91,6 +92,7 @@ def test_a_template_for_each_playbook_an_operator_runs():
     # Two serve or teardown jobs on one cluster at once would fight over its containers.
     assert not by_playbook["playbooks/serve.yml"]["allow_simultaneous"]
     assert not by_playbook["playbooks/teardown.yml"]["allow_simultaneous"]
+    assert not by_playbook["playbooks/recover.yml"]["allow_simultaneous"]
 
 
 @pytest.mark.parametrize("template", templates(), ids=lambda t: t["name"])
