@@ -30,12 +30,14 @@ this collection it imports copied beside it by the vllm_boot module).
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import endpoint
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
@@ -189,18 +191,23 @@ class Ops:
             return False
 
     def http(self, url, body=None, key=None, timeout=5):
-        """(status, parsed JSON or None) of a GET, or of a POST of ``body``."""
-        from urllib.request import Request, urlopen  # pylint: disable=import-outside-toplevel
+        """(status, parsed JSON or None) of a GET, or of a POST of ``body``, to the node's own endpoint. http.client, as
+        this runs on the node without Ansible's open_url."""
+        parts = urlsplit(url)
         headers = {"Content-Type": "application/json"}
         if key:
             headers["Authorization"] = "Bearer " + key
-        request = Request(url, data=json.dumps(body).encode() if body is not None else None, headers=headers)
+        connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
         try:
-            with urlopen(request, timeout=timeout) as answer:  # nosec: the node's own endpoint
-                text = answer.read().decode("utf-8", "replace")
-                return answer.status, (json.loads(text) if text.strip().startswith("{") else None)
-        except Exception:  # pylint: disable=broad-except
+            connection.request("POST" if body is not None else "GET", parts.path or "/",
+                               body=json.dumps(body) if body is not None else None, headers=headers)
+            answer = connection.getresponse()
+            text = answer.read().decode("utf-8", "replace")
+            return answer.status, (json.loads(text) if text.strip().startswith("{") else None)
+        except (OSError, ValueError, http.client.HTTPException):
             return None, None
+        finally:
+            connection.close()
 
     def now(self):
         return time.time()
@@ -396,4 +403,4 @@ def main(argv=None, ops=None, sleep=time.sleep, rounds=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -123,7 +123,6 @@ log_tail:
   elements: str
 """
 
-import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule

@@ -31,8 +31,8 @@ def test_a_healthy_cluster_is_not_touched():
 
 
 def test_a_dead_rank_restarts_the_ranks_only_and_quotes_the_log():
-    decision = recover.decide(nodes(), HEAD, ray("sim-two-nodes.json"),
-                              {"running": False, "log_tail": ["...", "ray.exceptions.ActorDiedError: RayWorkerWrapper died", "See https://x/refleaks", ""]}, DOWN)
+    log = ["...", "ray.exceptions.ActorDiedError: RayWorkerWrapper died", "See https://x/refleaks", ""]
+    decision = recover.decide(nodes(), HEAD, ray("sim-two-nodes.json"), {"running": False, "log_tail": log}, DOWN)
     assert decision == {"action": "restart_ranks", "nodes": [HEAD], "loading": False,
                         "reasons": ["vLLM is not running on sim-head: its log says: ray.exceptions.ActorDiedError: RayWorkerWrapper died"]}
 
