@@ -210,6 +210,9 @@ def main():
                 for name in files:
                     os.remove(os.path.join(root, name))
                 os.rmdir(root)
+            folder = os.path.dirname(where["config"])
+            if os.path.isdir(folder) and not os.listdir(folder):  # the folder it made, unless something else is in it
+                os.rmdir(folder)
             if sup.systemd:
                 sup.systemctl("daemon-reload")
         result["running"] = False if not module.check_mode else result["running"]

@@ -269,6 +269,10 @@ def test_the_module_installs_starts_holds_releases_and_removes_only_its_files(tm
         gone = run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})
     assert gone["changed"] and not gone["running"]
     assert sorted(os.listdir(tmp_path / "state/boot")) == ["other"] and not os.path.lexists(where["wants"])
+    (tmp_path / "state/boot/other").unlink()
+    run_module("vllm_boot", {"boot": spec})
+    run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})
+    assert not os.path.exists(tmp_path / "state/boot")  # its folder goes too when nothing else is in it
     assert not run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})["changed"]
 
 
