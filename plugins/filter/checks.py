@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files, nccl_log, parity, status
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import perftest, recover, ring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import deployments, perftest, recover, ring
 
 
 def env_parity(planned, actual, what="container"):
@@ -45,6 +45,16 @@ def status_report(nodes, ray=None, endpoint=None):
 def recover_decision(state, backend="ray"):
     """recover.yml's decision from state.yml's ``cluster_state``."""
     return recover.decide(state["nodes"], state["head"], state.get("ray"), state.get("vllm"), state.get("endpoint"), backend)
+
+
+def last_known_good(plan, verified_at=None):
+    """The record of the verified deployment ``plan`` (module_utils/deployments.py)."""
+    return deployments.record(plan, verified_at)
+
+
+def deployment_vars(recorded):
+    """The variables that plan a recorded deployment again."""
+    return deployments.extra_vars(recorded)
 
 
 def recover_refusal(nodes, plan_nodes, waited):
@@ -109,6 +119,8 @@ class FilterModule:
             "status_node": status_node,
             "recover_decision": recover_decision,
             "recover_refusal": recover_refusal,
+            "last_known_good": last_known_good,
+            "deployment_vars": deployment_vars,
             "human_bytes": human_bytes,
             "rsync_summary": rsync_summary,
             "ring_failures": ring_failures,

@@ -164,5 +164,6 @@ def reports(settings):
     """The controller's reports of a run."""
     folder = settings["artifacts_dir"]
     if not folder:
-        return {"plan": None, "summary": None, "logs": None}
-    return {"plan": folder + "/plan.json", "summary": folder + "/summary.json", "logs": folder + "/logs"}
+        return {"plan": None, "summary": None, "logs": None, "last_known_good": None}
+    return {"plan": folder + "/plan.json", "summary": folder + "/summary.json", "logs": folder + "/logs",
+            "last_known_good": folder + "/last-known-good.json"}

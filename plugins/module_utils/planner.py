@@ -111,6 +111,7 @@ def make_plan(inputs, stage="full"):
               "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name"),
                         "revision": commands.model_revision(inputs)},
               "image": {"name": settings["image"], "gpus": commands.gpus(settings)},
+              "overrides": {k: v for k, v in (inputs.get("overrides") or {}).items() if v not in (None, "")},
               "nodes": {n: {"is_head": n == head, "paths": paths[n], "probe_paths": probe_paths(paths[n]),
                             "probe_devices": device_paths(settings),
                             "probe_ray": container_name(settings, "ray", n) if n == head and inputs.get("backend") == "ray" else None,

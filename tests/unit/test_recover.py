@@ -62,3 +62,25 @@ def test_a_worker_gone_is_waited_for_then_refused_naming_it():
     assert decision["action"] == "wait_for_nodes" and decision["nodes"] == [WORKER]
     message = recover.refusal([WORKER], [HEAD, WORKER], 300)
     assert message.startswith("sim-worker1 did not answer within 300 s; the model is planned across 2 nodes (sim-head, sim-worker1)")
+
+
+def test_the_last_known_good_record_plans_the_same_deployment_again(tmp_path):
+    import os
+
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils import deployments, planner, profiles
+
+    from helpers import spark_inputs
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(root, "profiles")]))
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["overrides"] = {"max_model_len": 65536, "gpu_memory_utilization": None}
+    plan = planner.make_plan(inputs)
+    recorded = deployments.record(plan, 1795500000.0)
+    assert recorded["image_id"] == plan["cluster"]["image_id"] and recorded["profile"] == "minimax_m25_nvfp4_ep"
+    assert recorded["serve_config_hash"] == plan["cluster"]["serve_config_hash"] and recorded["nodes"] == plan["nodes_order"]
+    assert deployments.extra_vars(recorded) == {"vllm_profile": "minimax_m25_nvfp4_ep", "vllm_backend": "ray", "vllm_max_model_len": 65536}
+    assert deployments.same(recorded, plan)
+    inputs["overrides"] = {"max_model_len": 32768}
+    assert not deployments.same(recorded, planner.make_plan(inputs))  # another configuration of vLLM
+    assert not deployments.same(None, plan)
