@@ -431,7 +431,7 @@ def test_a_killed_rank_comes_back_by_itself_or_by_recover(client):
     """A rank's process killed on the worker ends vLLM: the head's supervisor starts it again. With the supervisor
     off (vllm_boot_start: false), recover.yml names it and restarts the ranks only; on a healthy cluster it touches
     nothing."""
-    kill_rank = ["docker", "exec", WORKER_RAY, "sh", "-c", 'kill -9 $(pgrep -f "ray::RayWorker")']
+    kill_rank = ["docker", "exec", WORKER_RAY, "pkill", "-9", "-f", "^ray::RayWorker"]
     started = time.monotonic()
     node_docker_exec("sim-worker1", kill_rank)
     assert answered_again(300)
