@@ -130,6 +130,8 @@ def node_paths(settings, node, model_id):
         "launcher": state + "/bin/vllm-serve",
         "api_key_file": state + "/secrets/vllm_api_key",
         "baseline_file": state + "/run/baseline.json",
+        "last_known_good_file": state + "/config/last-known-good.json",  # serve.yml's record of what last served
+        "canary_file": state + "/config/canary-reference.json",          # the canary's reference answers
         "vllm_state_file": state + "/run/vllm.json",
         "image_info_cache": state + "/image-info",
         "fetch_script": state + "/bin/fetch_model.py",
