@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files, nccl_log, parity, status
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import deployments, perftest, recover, ring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import canary, deployments, perftest, recover, ring
 
 
 def env_parity(planned, actual, what="container"):
@@ -55,6 +55,17 @@ def last_known_good(plan, verified_at=None):
 def deployment_vars(recorded):
     """The variables that plan a recorded deployment again."""
     return deployments.extra_vars(recorded)
+
+
+def canary_keep(stored, answers, basis_now, recorded_at):
+    """The reference file with these answers kept as the reference of their model."""
+    return canary.keep(stored, basis_now["model"], canary.reference(answers, basis_now, recorded_at))
+
+
+def canary_verdict(stored, basis_now, answers, settings):
+    """The comparison with the model's reference, or None when the model has none yet."""
+    kept = canary.stored_for(stored, basis_now["model"])
+    return canary.compare(kept, basis_now, answers, settings) if kept else None
 
 
 def recover_refusal(nodes, plan_nodes, waited):
@@ -119,6 +130,8 @@ class FilterModule:
             "status_node": status_node,
             "recover_decision": recover_decision,
             "recover_refusal": recover_refusal,
+            "canary_keep": canary_keep,
+            "canary_verdict": canary_verdict,
             "last_known_good": last_known_good,
             "deployment_vars": deployment_vars,
             "human_bytes": human_bytes,

@@ -131,6 +131,7 @@ def node_paths(settings, node, model_id):
         "api_key_file": state + "/secrets/vllm_api_key",
         "baseline_file": state + "/run/baseline.json",
         "last_known_good_file": state + "/config/last-known-good.json",  # serve.yml's record of what last served
+        "canary_file": state + "/config/canary-reference.json",          # the canary's reference answers
         "vllm_state_file": state + "/run/vllm.json",
         "image_info_cache": state + "/image-info",
         "fetch_script": state + "/bin/fetch_model.py",
@@ -165,6 +166,6 @@ def reports(settings):
     """The controller's reports of a run."""
     folder = settings["artifacts_dir"]
     if not folder:
-        return {"plan": None, "summary": None, "logs": None, "last_known_good": None}
+        return {"plan": None, "summary": None, "logs": None, "last_known_good": None, "canary": None}
     return {"plan": folder + "/plan.json", "summary": folder + "/summary.json", "logs": folder + "/logs",
-            "last_known_good": folder + "/last-known-good.json"}
+            "last_known_good": folder + "/last-known-good.json", "canary": folder + "/canary-reference.json"}

@@ -24,6 +24,7 @@ import hashlib
 import json
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import canary
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import firewall
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_commands as commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as environment
@@ -155,6 +156,7 @@ def make_plan(inputs, stage="full"):
     nodes_check.check_devices(order, inputs["nodes"], device_paths(settings), findings)
     result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])
     result.update(cluster=cluster, deviations=profile.get("deviations") or [])
+    cluster["canary"] = {"settings": canary.settings(profile), "basis": canary.basis(result)}
     return finish(result, findings)
 
 

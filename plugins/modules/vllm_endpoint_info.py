@@ -49,6 +49,13 @@ options:
     type: list
     elements: dict
     default: []
+  canary:
+    description:
+      - The correctness canary's settings (the plan's C(cluster.canary.settings)) - C(prompts), C(max_tokens), C(seed).
+      - Each prompt is asked once the endpoint is ready, one at a time, greedy (temperature 0, the seed fixed), its
+        tokens returned as IDs; RV(endpoint.canary) holds the answers. The serve role compares them with the reference
+        (module_utils/canary.py).
+    type: dict
   request_timeout:
     description: Seconds one request may take.
     type: int
@@ -103,6 +110,10 @@ endpoint:
       description: One entry per smoke test with C(name), C(kind), C(passed), C(detail) and C(seconds).
       type: list
       elements: dict
+    canary:
+      description: With O(canary), one entry per prompt with C(prompt), C(tokens) (IDs) and C(text).
+      type: list
+      elements: dict
     errors:
       description: What failed.
       type: list
@@ -117,6 +128,7 @@ from urllib.parse import urlparse
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import canary as canary_prompts
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import endpoint as ep
 
 
@@ -220,6 +232,20 @@ def run_smoke(module, client, result):
             result["errors"].append("smoke test '%s' failed: %s" % (entry["name"], entry["detail"]))
 
 
+def ask_canary(module, client, result):
+    """The canary's prompts, one at a time (batching can flip near-tie logits), their tokens as IDs."""
+    config = module.params["canary"]
+    result["canary"] = []
+    for prompt in config["prompts"]:
+        try:
+            response = json.loads(client.post("/v1/completions", canary_prompts.request(module.params["model"], prompt, config)).read())
+            tokens = canary_prompts.tokens_of(response)
+        except Exception as exc:  # pylint: disable=broad-except
+            result["errors"].append("canary prompt %r failed: %s" % (prompt, getattr(exc, "reason", None) or exc))
+            return
+        result["canary"].append({"prompt": prompt, "tokens": tokens, "text": response["choices"][0].get("text") or ""})
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -229,6 +255,7 @@ def main():
             wait=dict(type="int", default=0),
             stream=dict(type="bool", default=True),
             smoke_tests=dict(type="list", elements="dict", default=[]),
+            canary=dict(type="dict"),
             request_timeout=dict(type="int", default=120),
             fail_on_error=dict(type="bool", default=True),
         ),
@@ -241,6 +268,8 @@ def main():
         result["ready"] = check_stream(module, client, result) if module.params["stream"] else True
         if result["ready"]:
             run_smoke(module, client, result)
+        if result["ready"] and module.params["canary"]:
+            ask_canary(module, client, result)
     result["model"] = module.params["model"]
     if result["errors"] and module.params["fail_on_error"]:
         module.fail_json(msg="; ".join(result["errors"]), endpoint=result)

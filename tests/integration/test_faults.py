@@ -518,6 +518,61 @@ def test_unreachable_worker_stops_the_run_and_sim_then_serve_recover(client):
            time.monotonic() - started)
 
 
+DAMAGE = """
+import glob, os, shutil, sys
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+path = os.path.realpath(sorted(glob.glob("/models/**/*.safetensors", recursive=True))[0])
+if sys.argv[1] == "damage":
+    shutil.copy2(path, path + ".orig")
+    with safe_open(path, "pt") as handle:
+        metadata = handle.metadata()
+    tensors = load_file(path)
+    name = sorted(k for k in tensors if k.endswith("mlp.down_proj.weight") or k.endswith("mlp.up_proj.weight"))[0]
+    tensors[name] = -tensors[name]  # other weights, the same names, shapes and size: what a size check cannot see
+    save_file(tensors, path, metadata=metadata)
+else:
+    os.replace(path + ".orig", path)
+print(path, os.path.getsize(path))
+"""
+
+
+def weights(action):
+    """Damage (or restore) one weight tensor of the model on every node, in place, its size unchanged."""
+    for node in (head(), worker()):
+        node.containers.run("dgx-spark-sim/runtime:sim", ["python3", "-c", DAMAGE, action], entrypoint=[], remove=True,
+                            volumes=["/var/lib/dgx-spark-vllm/models:/models"])
+
+
+def test_the_canary_keeps_the_answers_and_catches_other_weights(client):
+    """The first verified serve kept the canary's answers (token IDs) on the controller and on the head; a launch that
+    changes only --max-model-len gives the same tokens; other weights under the same name (a damaged or swapped
+    snapshot, same sizes) are caught by name before the run says it serves."""
+    kept = json.loads(open(os.path.join(SIM, ".artifacts", "canary-reference.json"), encoding="utf-8").read())
+    reference = kept["models"]["sim-tiny"]
+    assert len(reference["answers"]) == 5 and all(len(a["tokens"]) == 16 for a in reference["answers"])
+    assert json.loads(node_docker_exec("sim-head", ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/config/canary-reference.json"])) == kept
+    started = time.monotonic()
+    rc, out = playbook("serve", "-e", "vllm_max_model_len=1024", log="faults-serve-canary-same", check=True)
+    assert "canary passed: 5 prompts agree with the reference token for token" in out
+    record("canary", "a launch that changes only --max-model-len", "the canary's 5 greedy answers match the reference "
+           "token for token", time.monotonic() - started)
+    weights("damage")
+    try:
+        started = time.monotonic()
+        rc, out = playbook("serve", "-e", "vllm_max_model_len=2048", log="faults-serve-canary-damaged")
+        assert rc != 0
+        flat = " ".join(out.split())
+        assert "canary FAILED: the answers differ from the reference recorded" in flat and "token for token" in flat
+        assert "'The capital of France is':" in flat
+        record("canary", "other weights under the same model and revision (one tensor changed on every node, sizes kept)",
+               "the canary's answers differ from the reference; serve fails naming the prompts", time.monotonic() - started)
+    finally:
+        weights("restore")
+    rc, out = playbook("serve", log="faults-serve-canary-restored", check=True)
+    assert "canary passed: 5 prompts agree with the reference token for token" in out
+
+
 @pytest.mark.parametrize("extra,message", [
     (["-e", "vllm_profile=nope"], "unknown profile 'nope'; available: minimax_m25_nvfp4_ep"),
     (["-e", "vllm_backend=slurm"], "value of vllm_backend must be one of: ray, mp, got: slurm"),
