@@ -549,7 +549,7 @@ def test_the_canary_keeps_the_answers_and_catches_other_weights(client):
     changes only --max-model-len gives the same tokens; other weights under the same name (a damaged or swapped
     snapshot, same sizes) are caught by name before the run says it serves."""
     kept = json.loads(open(os.path.join(SIM, ".artifacts", "canary-reference.json"), encoding="utf-8").read())
-    reference = kept["models"]["sim-tiny"]
+    reference = kept["models"]["dgx-spark-sim/sim-tiny"]
     assert len(reference["answers"]) == 5 and all(len(a["tokens"]) == 16 for a in reference["answers"])
     assert json.loads(node_docker_exec("sim-head", ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/config/canary-reference.json"])) == kept
     started = time.monotonic()
