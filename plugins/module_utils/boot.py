@@ -51,6 +51,7 @@ INTERVAL = 5            # seconds between looks
 EVENTS_KEPT = 30
 WAITS = ("tcp", "join", "health")
 ACTS = ("container", "driver")
+MAX_STARTS = 3          # starts of one step without the node reaching serving, before the supervisor gives up
 GIB = 1024 ** 3
 
 
@@ -273,7 +274,7 @@ def check(step, ops, memo):
     if kind == "health":
         return ops.http(step["url"])[0] == 200, "not answering 200 yet"
     if kind == "completion":
-        if memo.get("asked_for") == memo.get("pgid"):
+        if "asked_for" in memo and memo["asked_for"] == memo.get("pgid"):
             return memo.get("completion_ok", False), memo.get("completion_detail", "")
         return None, "to ask"
     raise ValueError("unknown step kind %r" % kind)
@@ -326,6 +327,8 @@ def look(config, ops, memo):
                 memo["asked_for"] = memo.get("pgid")
                 memo["completion_ok"], memo["completion_detail"] = ask(step, ops)
                 what = "completion %s: %s" % ("passed" if memo["completion_ok"] else "FAILED", memo["completion_detail"])
+                if memo["completion_ok"]:
+                    memo["starts"] = {}
                 return ("serving" if memo["completion_ok"] else "failed"), what, what
             return "failed", "completion: " + missing, None
         if step["kind"] == "tcp" and memo.get("head_lost") and ops.connects(step["host"], step["port"]):
@@ -344,10 +347,16 @@ def look(config, ops, memo):
         problem = memory_problem(config["memory"], ops) if step.get("check_memory") else None
         if problem:
             return "refused", "not starting (%s): %s" % (step["name"], problem), None
+        starts = memo.setdefault("starts", {})
+        if starts.get(step["name"], 0) >= MAX_STARTS:  # no restart loop: an orphaned Ray that serves nothing
+            return "failed", ("%s: started %d times without the node serving; not starting it again. Its log says why; "
+                              "run serve.yml (or recover.yml) once it is fixed" % (step["name"], MAX_STARTS)), None
+        starts[step["name"]] = starts.get(step["name"], 0) + 1
         try:
             return "starting", step["name"], act(step, ops)
         except pg.StartError as exc:
             return "failed", str(exc), str(exc)
+    memo["starts"] = {}  # serving: a later failure gets its tries again
     return "serving", "every step holds", None
 
 

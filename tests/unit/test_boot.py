@@ -294,3 +294,26 @@ def test_a_worker_rejoins_a_head_that_went_away_and_came_back_at_once():
     assert state == "starting" and did.startswith("restarted container worker")
     assert node.calls[-1][:2] == ["docker", "restart"]
     assert boot.look(worker_config(), node, memo) == ("serving", "every step holds", None)
+
+
+def test_a_vllm_that_keeps_dying_is_started_three_times_then_left_with_the_reason():
+    node = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt"), "/state/secrets/key": "sk-test"},
+                    running={"head", "ray"}, ray=read_fixture("ray", "sim-two-nodes.json"))
+    memo = {}
+    for dummy in range(boot.MAX_STARTS):
+        assert boot.look(head_config(), node, memo)[0] == "starting"
+        node.pgid = None  # it dies while loading
+    state, detail, did = boot.look(head_config(), node, memo)
+    assert (state, did) == ("failed", None) and "started 3 times without the node serving" in detail
+    launches = [c for c in node.calls if c[:3] == ["docker", "exec", "-d"]]
+    assert len(launches) == boot.MAX_STARTS
+
+
+def test_the_mp_head_asks_its_completion_once():
+    config = head_config()
+    config["steps"] = [config["steps"][0], config["steps"][3], config["steps"][4]]  # container, health, completion
+    node = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt"), "/state/secrets/key": "sk-test"},
+                    running={"head"}, healthy=True)
+    memo = {}
+    assert boot.look(config, node, memo)[0] == "serving" and node.asked == 1
+    assert boot.look(config, node, memo) == ("serving", "every step holds", None) and node.asked == 1
