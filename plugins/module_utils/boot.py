@@ -51,7 +51,8 @@ INTERVAL = 5            # seconds between looks
 EVENTS_KEPT = 30
 WAITS = ("tcp", "join", "health")
 ACTS = ("container", "driver")
-MAX_STARTS = 3          # starts of one step without the node reaching serving, before the supervisor gives up
+MAX_STARTS = 3          # starts of vLLM without the node reaching serving, before the supervisor gives up (a container
+                        # is started again each time: its start is cheap and waits for the head)
 GIB = 1024 ** 3
 
 
@@ -348,7 +349,7 @@ def look(config, ops, memo):
         if problem:
             return "refused", "not starting (%s): %s" % (step["name"], problem), None
         starts = memo.setdefault("starts", {})
-        if starts.get(step["name"], 0) >= MAX_STARTS:  # no restart loop: an orphaned Ray that serves nothing
+        if step["kind"] == "driver" and starts.get(step["name"], 0) >= MAX_STARTS:  # no restart loop: an orphaned Ray that serves nothing
             return "failed", ("%s: started %d times without the node serving; not starting it again. Its log says why; "
                               "run serve.yml (or recover.yml) once it is fixed" % (step["name"], MAX_STARTS)), None
         starts[step["name"]] = starts.get(step["name"], 0) + 1
