@@ -51,8 +51,9 @@ INTERVAL = 5            # seconds between looks
 EVENTS_KEPT = 30
 WAITS = ("tcp", "join", "health")
 ACTS = ("container", "driver")
-MAX_STARTS = 3          # starts of vLLM without the node reaching serving, before the supervisor gives up (a container
-                        # is started again each time: its start is cheap and waits for the head)
+# Starts of vLLM without the node reaching serving, before the supervisor gives up (a container is started again each
+# time: its start is cheap and waits for the head).
+MAX_STARTS = 3
 GIB = 1024 ** 3
 
 
