@@ -50,7 +50,6 @@ PACKAGE = "ansible_collections.dgx_spark.vllm.plugins.module_utils"
 INTERVAL = 5            # seconds between looks
 EVENTS_KEPT = 30
 WAITS = ("tcp", "join", "health")
-ACTS = ("container", "driver")
 # Starts of vLLM without the node reaching serving, before the supervisor gives up (a container is started again each
 # time: its start is cheap and waits for the head).
 MAX_STARTS = 3
@@ -107,7 +106,7 @@ def memory_need(memory_plan, node, settings):
             "unaccounted_limit_bytes": limit}
 
 
-def steps(backend, node, is_head, cluster, containers, serve, head_paths):
+def steps(backend, is_head, cluster, containers, serve, node_paths):
     """The ordered steps of one node."""
     result = []
     if backend == "ray" and not is_head:
@@ -115,7 +114,7 @@ def steps(backend, node, is_head, cluster, containers, serve, head_paths):
         # A worker's Ray stays joined to a head that went away until its raylet gives up (a minute or more): when the
         # head's port was lost and answers again, the worker's container is restarted to join the new head at once.
         result.append({"name": "the head's Ray (%s) answers" % cluster["ray_address"], "kind": "tcp", "host": host, "port": int(port),
-                       "rejoin": containers[0]["name"]})
+                       "rejoin": containers[0]["name"], "check_memory": True})
     for spec in containers:
         result.append({"name": "container %s runs" % spec["name"], "kind": "container", "container": spec["name"], "check_memory": True})
     if not is_head:
@@ -127,23 +126,22 @@ def steps(backend, node, is_head, cluster, containers, serve, head_paths):
                        "expected_gpus": cluster["expected_ray_gpus"], "expected_ips": cluster["expected_ips"]})
         result.append({"name": "vLLM runs in %s" % serve["container"], "kind": "driver", "container": serve["container"],
                        "argv": serve["command"], "config_hash": serve["config_hash"], "log_file": serve["log"],
-                       "state_file": head_paths["vllm_state_container"], "state_file_host": head_paths["vllm_state_file"],
+                       "state_file": serve["state_file"], "state_file_host": node_paths["vllm_state_file"],
                        "check_memory": True})
     result.append({"name": "the endpoint answers", "kind": "health", "url": endpoint_info["local_health_url"]})
     result.append({"name": "one completion", "kind": "completion", "url": endpoint_info["local_health_url"].rsplit("/", 1)[0],
-                   "model": endpoint_info["served_model_name"], "key_file": head_paths["api_key_file"]})
+                   "model": endpoint_info["served_model_name"], "key_file": node_paths["api_key_file"]})
     return result
 
 
 def plan(settings, backend, node, entry, cluster, firewall_unit=None):
     """The supervisor of one node: its files (unit and plan) and whether it is on (``vllm_boot_start``)."""
     where = paths(entry["paths"]["state_dir"], settings["cluster_name"])
-    head_paths = dict(entry["paths"], vllm_state_container="%s/run/vllm.json" % cluster["mounts"]["state"])
     config = {"cluster": settings["cluster_name"], "node": node, "is_head": entry["is_head"], "backend": backend,
               "config_hash": (entry.get("serve") or {}).get("config_hash") or entry["config_hash"], "interval": INTERVAL,
               "status": where["status"], "hold": where["hold"],
               "memory": memory_need(cluster.get("memory"), node, settings),
-              "steps": steps(backend, node, entry["is_head"], cluster, entry["containers"], entry.get("serve"), head_paths)}
+              "steps": steps(backend, entry["is_head"], cluster, entry["containers"], entry.get("serve"), entry["paths"])}
     return {"enabled": bool(settings["boot_start"]), "unit_name": unit_name(settings["cluster_name"]), "paths": where,
             "unit": unit(settings["cluster_name"], where, firewall_unit), "config": config}
 
@@ -282,17 +280,20 @@ def check(step, ops, memo):
     raise ValueError("unknown step kind %r" % kind)
 
 
+def docker(ops, verb, container):
+    """``docker <verb...> <container>``; raises StartError with Docker's words when it fails."""
+    rc, out, err = ops.run([ops.docker] + verb + [container], timeout=120)
+    if rc != 0:
+        raise pg.StartError("docker %s %s failed: %s" % (verb[0], container, (err or out).strip()[-300:]))
+
+
 def act(step, ops):
     """Start what ``step`` names; returns what was done."""
     if step["kind"] == "tcp":  # the head came back: join it again
-        rc, out, err = ops.run([ops.docker, "restart", "--time", "10", step["rejoin"]], timeout=120)
-        if rc != 0:
-            raise pg.StartError("docker restart %s failed: %s" % (step["rejoin"], (err or out).strip()[-300:]))
+        docker(ops, ["restart", "--time", "10"], step["rejoin"])
         return "restarted container %s: the head's Ray went away and is back" % step["rejoin"]
     if step["kind"] == "container":
-        rc, out, err = ops.run([ops.docker, "start", step["container"]], timeout=120)
-        if rc != 0:
-            raise pg.StartError("docker start %s failed: %s" % (step["container"], (err or out).strip()[-300:]))
+        docker(ops, ["start"], step["container"])
         return "started container %s" % step["container"]
     pgid = pg.start_group(lambda argv, data=None: ops.run(argv, data=data), ops.docker, step["container"], step["argv"],
                           step["config_hash"], step["state_file"], step["log_file"])
@@ -310,6 +311,23 @@ def ask(step, ops):
     if status != 200:
         return False, "the completion answered %s" % status
     return endpoint.judge({"kind": "chat"}, answer)
+
+
+def start(config, step, ops, memo, refusal):
+    """Start what ``step`` names when the node's memory allows it (``refusal`` begins the reason when it does not), at
+    most MAX_STARTS times for vLLM without the node serving in between."""
+    problem = memory_problem(config["memory"], ops) if step.get("check_memory") else None
+    if problem:
+        return "refused", "%s: %s" % (refusal, problem), None
+    starts = memo.setdefault("starts", {})
+    if step["kind"] == "driver" and starts.get(step["name"], 0) >= MAX_STARTS:  # no restart loop: an orphaned Ray that serves nothing
+        return "failed", ("%s: started %d times without the node serving; not starting it again. Its log says why; "
+                          "run serve.yml (or recover.yml) once it is fixed" % (step["name"], MAX_STARTS)), None
+    starts[step["name"]] = starts.get(step["name"], 0) + 1
+    try:
+        return "starting", step["name"], act(step, ops)
+    except pg.StartError as exc:
+        return "failed", str(exc), str(exc)
 
 
 def look(config, ops, memo):
@@ -336,28 +354,11 @@ def look(config, ops, memo):
         if step["kind"] == "tcp" and memo.get("head_lost") and ops.connects(step["host"], step["port"]):
             memo["head_lost"] = False  # whatever follows, this head is the one to join
             if container_running(ops, step["rejoin"])[0]:
-                problem = memory_problem(config["memory"], ops)
-                if problem:
-                    return "refused", "not restarting %s: %s" % (step["rejoin"], problem), None
-                try:
-                    return "starting", step["name"], act(step, ops)
-                except pg.StartError as exc:
-                    return "failed", str(exc), str(exc)
+                return start(config, step, ops, memo, "not restarting %s" % step["rejoin"])
             continue
         if step["kind"] in WAITS:
             return "waiting", "%s: %s" % (step["name"], missing), None
-        problem = memory_problem(config["memory"], ops) if step.get("check_memory") else None
-        if problem:
-            return "refused", "not starting (%s): %s" % (step["name"], problem), None
-        starts = memo.setdefault("starts", {})
-        if step["kind"] == "driver" and starts.get(step["name"], 0) >= MAX_STARTS:  # no restart loop: an orphaned Ray that serves nothing
-            return "failed", ("%s: started %d times without the node serving; not starting it again. Its log says why; "
-                              "run serve.yml (or recover.yml) once it is fixed" % (step["name"], MAX_STARTS)), None
-        starts[step["name"]] = starts.get(step["name"], 0) + 1
-        try:
-            return "starting", step["name"], act(step, ops)
-        except pg.StartError as exc:
-            return "failed", str(exc), str(exc)
+        return start(config, step, ops, memo, "not starting (%s)" % step["name"])
     memo["starts"] = {}  # serving: a later failure gets its tries again
     return "serving", "every step holds", None
 
@@ -380,13 +381,18 @@ def record(status, state, detail, did, now, pid):
     return status
 
 
-def write_status(path, status):
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
+def write_text(path, text, mode=0o644):
+    """Write ``text`` to ``path`` whole or not at all (a reader never sees half a file), making its folder."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     temp = path + ".tmp"
     with open(temp, "w", encoding="utf-8") as handle:
-        json.dump(status, handle, indent=2, sort_keys=True)
+        handle.write(text)
+    os.chmod(temp, mode)
     os.replace(temp, path)
+
+
+def write_status(path, status):
+    write_text(path, json.dumps(status, indent=2, sort_keys=True))
 
 
 def main(argv=None, ops=None, sleep=time.sleep, rounds=None):

@@ -30,7 +30,6 @@ DEFAULTS = {
     # A real model's answers are judged as text too; a tiny random model's are garbage by design (enabled: false).
     "garbage": {"enabled": True, "max_ngram_repeats": 6, "ngram": 3, "max_unprintable_share": 0.05, "control_tokens": []},
 }
-KEYS = tuple(DEFAULTS)
 # The flags and variables that change the arithmetic (and so, legitimately, the tokens).
 NUMERIC_FLAGS = ("--dtype", "--quantization", "--kv-cache-dtype", "--attention-backend", "--tensor-parallel-size",
                  "--pipeline-parallel-size", "--data-parallel-size", "--enable-expert-parallel", "--speculative-config",

@@ -12,9 +12,6 @@ either survives the other's loss. recover.yml restores that deployment, not what
 
 from __future__ import annotations
 
-KEYS = ("image", "image_id", "vllm_version", "profile", "backend", "overrides", "serve_config_hash", "cluster_hash",
-        "model", "nodes", "verified_at")
-
 
 def record(plan, verified_at=None):
     """The record of a verified deployment, from its plan (its ``overrides``: the inputs that are not the profile's,

@@ -15,6 +15,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import LA
 OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for plasma otherwise
 LAUNCHER = STATE_MOUNT + "/bin/vllm-serve"
 VLLM_LOG = STATE_MOUNT + "/logs/vllm.log"
+VLLM_STATE = STATE_MOUNT + "/run/vllm.json"  # vllm_process's state file in the head's container (its default)
 API_KEY_FILE = STATE_MOUNT + "/secrets/vllm_api_key"
 # The launcher runs `vllm serve` with the arguments it is given. The API key is read from a file only root can read,
 # so it never appears on a command line, in `docker inspect` or in a log, and Ray does not carry it to the workers

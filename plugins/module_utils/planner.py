@@ -83,9 +83,10 @@ def cluster_paths(inputs):
     advertised = nodes_check.bind_address(settings, head, inputs["nodes"].get(head) or {}, Findings())[1]
     url = endpoint_url(settings, advertised)
     result = {"stage": "paths", "head": head, "nodes_order": order,
-              "nodes": {n: {"is_head": n == head, "fabric_ip": str(inputs["nodes"][n].get("fabric_ip")), "paths": node_paths(settings, n, None),
+              "nodes": {n: {"is_head": n == head, "fabric_ip": str(inputs["nodes"][n].get("fabric_ip")), "paths": paths,
                             "containers": {role: container_name(settings, role, n) for role in ("ray", "vllm")},
-                            "boot": boot.installed(node_paths(settings, n, None)["state_dir"], settings["cluster_name"])} for n in order},
+                            "boot": boot.installed(paths["state_dir"], settings["cluster_name"])}
+                        for n, paths in ((n, node_paths(settings, n, None)) for n in order)},
               "cluster": {"name": settings["cluster_name"], "artifacts_dir": settings["artifacts_dir"],
                           "reports": reports(settings),
                           "expected_ips": [str(inputs["nodes"][n].get("fabric_ip")) for n in order],
@@ -225,6 +226,7 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     entry["ring"] = ring_node(inputs, name, paths)
     if is_head or backend == "mp":
         entry["serve"] = {"container": spec["name"], "argv": argv, "command": [commands.LAUNCHER] + argv[2:],
+                          "state_file": commands.VLLM_STATE if backend == "ray" else None,
                           "log": commands.VLLM_LOG if backend == "ray" else None, "config_hash": node_hash}
     if is_head:
         entry["helpers"] = {

@@ -137,14 +137,6 @@ class Supervisor:
     def pid(self):
         return supervisor_pid(self.status(), self.where["config"])
 
-    def write(self, path, content, mode):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        temp = path + ".tmp"
-        with open(temp, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-
     def systemctl(self, *args):
         rc, out, err = run(self.module, ["systemctl"] + list(args))
         if rc != 0 and args[0] != "stop":
@@ -198,7 +190,7 @@ def main():
     if state == "held":
         result["changed"] = not held and os.path.exists(where["config"])  # nothing installed: nothing to hold
         if result["changed"] and not module.check_mode:
-            sup.write(where["hold"], "%s since %s\n" % (module.params["holder"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())), 0o644)
+            boot.write_text(where["hold"], "%s since %s\n" % (module.params["holder"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())), 0o644)
     elif state == "absent":
         present = [p for p in (where["wants"], where["unit"], where["config"], where["status"], where["hold"]) if os.path.lexists(p)]
         result["changed"] = bool(present) or os.path.isdir(where["lib"])
@@ -230,7 +222,7 @@ def main():
                                   after=dict(plan=files[0][1], at_boot=enabled, held=False))
         if result["changed"] and not module.check_mode:
             for path, content, mode in stale:
-                sup.write(path, content, mode)
+                boot.write_text(path, content, mode)
             if relink and enabled:
                 os.makedirs(os.path.dirname(where["wants"]), exist_ok=True)
                 os.symlink(where["unit"], where["wants"])
@@ -241,8 +233,8 @@ def main():
             if not enabled:
                 sup.stop()
                 if os.path.exists(where["status"]):  # its last look is history now; status.yml must not show it as current
-                    sup.write(where["status"], json.dumps({"state": "off", "detail": "vllm_boot_start is false",
-                                                           "events": (sup.status() or {}).get("events") or []}, indent=2) + "\n", 0o644)
+                    boot.write_status(where["status"], {"state": "off", "detail": "vllm_boot_start is false",
+                                                        "events": (sup.status() or {}).get("events") or []})
             elif start:
                 sup.start(restart=result["running"])
             result["running"] = sup.running()
