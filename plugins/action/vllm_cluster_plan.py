@@ -102,6 +102,7 @@ class ActionModule(ActionBase):
             "order": order,
             "nodes": nodes,
             "profile": profile,
+            "profile_file": args["profile_file"],
             "backend": args["backend"] or profile.get("backend") or "ray",
             "settings": args["settings"],
             "overrides": args["overrides"],

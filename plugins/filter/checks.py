@@ -47,14 +47,40 @@ def recover_decision(state, backend="ray"):
     return recover.decide(state["nodes"], state["head"], state.get("ray"), state.get("vllm"), state.get("endpoint"), backend)
 
 
-def last_known_good(plan, verified_at=None):
-    """The record of the verified deployment ``plan`` (module_utils/deployments.py)."""
-    return deployments.record(plan, verified_at)
+def last_known_good(plan, previous=None, verified_at=None):
+    """The record of the verified deployment ``plan``, keeping the ``previous`` record's images
+    (module_utils/deployments.py)."""
+    return deployments.record(plan, previous, verified_at)
 
 
 def deployment_vars(recorded):
     """The variables that plan a recorded deployment again."""
     return deployments.extra_vars(recorded)
+
+
+def deployment_restore(recorded):
+    """The preflight role's ``preflight_restore`` that plans a recorded deployment again, whatever -e says."""
+    return deployments.restore(recorded)
+
+
+def deployment_change(recorded, plan):
+    """What a plan changes from the recorded deployment, one ``what: before -> after`` line each."""
+    return deployments.change(recorded or {}, plan)
+
+
+def upgrade_failure_line(failure):
+    """One failure of upgrade.yml, as ``host: task: message``."""
+    return deployments.failure_line(failure)
+
+
+def upgrade_report(recorded, planned, changed, failed, rollback_failed, began, ended, rolled_back=None, check=False):
+    """upgrade.yml's report: outcome, message, both deployments and their seconds."""
+    return deployments.upgrade_report(recorded, planned, changed, failed, rollback_failed, began, ended, rolled_back, check)
+
+
+def kept_images_to_remove(image_ls_lines, recorded, cluster_name):
+    """This cluster's kept image tags on a node that the record no longer keeps."""
+    return deployments.kept_to_remove([l.strip() for l in image_ls_lines if l.strip()], recorded, cluster_name)
 
 
 def canary_keep(stored, answers, basis_now, recorded_at):
@@ -134,6 +160,11 @@ class FilterModule:
             "canary_verdict": canary_verdict,
             "last_known_good": last_known_good,
             "deployment_vars": deployment_vars,
+            "deployment_restore": deployment_restore,
+            "deployment_change": deployment_change,
+            "kept_images_to_remove": kept_images_to_remove,
+            "upgrade_failure_line": upgrade_failure_line,
+            "upgrade_report": upgrade_report,
             "human_bytes": human_bytes,
             "rsync_summary": rsync_summary,
             "ring_failures": ring_failures,

@@ -4,22 +4,49 @@
 """The last-known-good deployment: what a verified serve.yml ran, kept on the head and on the controller.
 
 "Broken again after the upgrade" needs a way back, and a way back needs a record of what last worked: the image by
-its ID (a tag moves), the profile and backend, the overrides the plan was made with, the hashes that say whether a
-later plan is the same deployment, and the model's revision. serve.yml writes it once the endpoint is verified, on the
-controller beside plan.json (``last-known-good.json``) and on the head (``<state>/config/last-known-good.json``), so
-either survives the other's loss. recover.yml restores that deployment, not whatever the last plan.json tried.
+its ID (a tag moves), the profile and backend, the inputs the plan was made with (overrides, extra flags and env),
+the hashes that say whether a later plan is the same deployment, and the model's revision. serve.yml writes it once
+the endpoint is verified, on the controller beside plan.json (``last-known-good.json``) and on the head
+(``<state>/config/last-known-good.json``), so either survives the other's loss. recover.yml restores that
+deployment, not whatever the last plan.json tried; upgrade.yml falls back to it when the new one fails.
+
+A tag moves (a rebuilt ``vllm:latest``, a ``docker load`` of a newer image under the same name), so the way back
+needs the image itself: every verified image is tagged on every node as ``KEPT_REPOSITORY:<cluster>-<id>``, and
+the newest ``images_kept`` of them stay (the one serving and the one before it, by default). A rollback plans its
+image by that tag. Only this repository's tags of this cluster are ever removed; an image that still has another
+tag (the user's) keeps it, and Docker deletes the image only when no tag and no container is left.
 """
 
 from __future__ import annotations
 
+KEPT_REPOSITORY = "dgx-spark-vllm-kept"
 
-def record(plan, verified_at=None):
-    """The record of a verified deployment, from its plan (its ``overrides``: the inputs that are not the profile's,
-    e.g. vllm_max_model_len, so that the same deployment can be planned again)."""
+
+def kept_tag(cluster_name, image_id):
+    """The tag that keeps a verified image on every node, or None before the image is known."""
+    if not image_id:
+        return None
+    return "%s:%s-%s" % (KEPT_REPOSITORY, cluster_name, image_id.split(":")[-1][:12])
+
+
+def kept_reference(cluster_name):
+    """The reference filter (``docker image ls --filter reference=...``) of this cluster's kept tags."""
+    return "%s:%s-*" % (KEPT_REPOSITORY, cluster_name)
+
+
+def record(plan, previous=None, verified_at=None):
+    """The record of a verified deployment, from its plan, and the previous record (its kept images).
+
+    ``kept_images`` lists the tags to keep, oldest first: the previous record's, then this deployment's, the newest
+    ``images_kept`` of them."""
     cluster = plan["cluster"]
+    kept = [t for t in ((previous or {}).get("kept_images") or []) if t != cluster.get("kept_image")]
+    kept = (kept + [cluster["kept_image"]] if cluster.get("kept_image") else kept)[-int(cluster.get("images_kept") or 1):]
     return {"image": cluster["image"], "image_id": cluster.get("image_id"), "vllm_version": cluster.get("vllm_version"),
-            "profile": plan["profile"], "backend": plan["backend"],
-            "overrides": dict(plan.get("overrides") or {}),
+            "kept_image": cluster.get("kept_image"), "kept_images": kept,
+            "profile": plan["profile"], "profile_file": plan.get("profile_file"), "backend": plan["backend"],
+            "overrides": dict(plan.get("overrides") or {}), "extra_flags": dict(plan.get("extra_flags") or {}),
+            "extra_env": dict(plan.get("extra_env") or {}),
             "serve_config_hash": cluster.get("serve_config_hash"), "cluster_hash": cluster.get("hash"),
             "model": {"id": plan["model"]["id"], "revision": plan["model"].get("revision")},
             "nodes": list(plan["nodes_order"]), "verified_at": verified_at}
@@ -39,4 +66,89 @@ def extra_vars(recorded):
     """The variables that plan the recorded deployment again (recover.yml sets them)."""
     result = {"vllm_profile": recorded["profile"], "vllm_backend": recorded["backend"]}
     result.update({"vllm_" + k: v for k, v in (recorded.get("overrides") or {}).items()})
+    result.update({"vllm_" + k: recorded[k] for k in ("extra_flags", "extra_env") if recorded.get(k)})
     return result
+
+
+def restore(recorded):
+    """What the preflight role plans instead of the inventory's choices (its ``preflight_restore``), so that the
+    recorded deployment is planned again whatever ``-e`` says: upgrade.yml's rollback runs with the new image given
+    as an extra variable, which no later variable can outrank. The image is the kept tag (the recorded ID, even where
+    the recorded name now names another image); overrides, extra flags and env are the recorded ones, nothing more."""
+    return {"image": recorded.get("kept_image") or recorded["image"],
+            "profile": "" if recorded.get("profile_file") else recorded["profile"],
+            "profile_file": recorded.get("profile_file") or "", "backend": recorded["backend"],
+            "overrides": dict(recorded.get("overrides") or {}), "extra_flags": dict(recorded.get("extra_flags") or {}),
+            "extra_env": dict(recorded.get("extra_env") or {})}
+
+
+def kept_to_remove(tags, recorded, cluster_name):
+    """This cluster's kept tags on a node (``tags``: what ``docker image ls`` lists) that the record no longer keeps."""
+    prefix = "%s:%s-" % (KEPT_REPOSITORY, cluster_name)
+    keep = set(recorded.get("kept_images") or [])
+    return sorted(t for t in tags if t.startswith(prefix) and t not in keep)
+
+
+def change(recorded, plan):
+    """What an upgrade changes, as lines ``what: before -> after`` (none: the plan is the recorded deployment)."""
+    cluster = plan["cluster"]
+    rows = (("image", recorded.get("image"), cluster.get("image")),
+            ("image ID", short(recorded.get("image_id")), short(cluster.get("image_id"))),
+            ("vLLM", recorded.get("vllm_version"), cluster.get("vllm_version")),
+            ("profile", recorded.get("profile"), plan.get("profile")),
+            ("backend", recorded.get("backend"), plan.get("backend")),
+            ("overrides", recorded.get("overrides") or {}, plan.get("overrides") or {}),
+            ("extra flags", recorded.get("extra_flags") or {}, plan.get("extra_flags") or {}),
+            ("model revision", (recorded.get("model") or {}).get("revision"), plan["model"].get("revision")),
+            ("vLLM config hash", recorded.get("serve_config_hash"), cluster.get("serve_config_hash")))
+    return ["%s: %s -> %s" % (name, before, after) for name, before, after in rows if before != after]
+
+
+def short(image_id):
+    return image_id.split(":")[-1][:12] if image_id else image_id
+
+
+def failure_line(failure):
+    """One failure of a run (upgrade.yml's rescue): ``host: task: message``. A message given as lines (an assert's
+    list: what failed, then the end of a log) keeps its first and its last line."""
+    message = failure.get("message") or "failed"
+    if isinstance(message, list):
+        message = " ... ".join(str(line) for line in (message[:1] + message[-1:] if len(message) > 1 else message))
+    return "%s: %s: %s" % (failure.get("host"), failure.get("task") or "a task", message)
+
+
+def upgrade_report(recorded, planned, changed, failed, rollback_failed, began, ended, rolled_back=None, check=False):
+    """upgrade.yml's report: its ``outcome`` (upgraded, unchanged, rolled_back, rollback_failed; in check mode checked
+    or would_fail), a ``message`` that names what failed and where the cluster stands, both deployments and the
+    seconds each step took."""
+    def named(deployment):
+        return "%s (%s, %s)" % (deployment.get("image"), short(deployment.get("image_id")), deployment.get("profile"))
+
+    report = {"from": recorded, "to": planned, "change": list(changed or []), "failures": list(failed or []),
+              "rollback_failures": None if rollback_failed is None else list(rollback_failed),
+              "seconds": {"upgrade": round(ended - began, 1),
+                          "rollback": None if rolled_back is None else round(rolled_back - ended, 1)}}
+    if check:
+        if failed:
+            return dict(report, outcome="would_fail", message="Check mode: the upgrade to %s would fail: %s. Nothing was changed"
+                        % (named(planned), "; ".join(failure_line(f) for f in failed)))
+        return dict(report, outcome="checked", message="Check mode: the upgrade to %s would change %s. Nothing was changed"
+                    % (named(planned), "; ".join(changed) if changed else "nothing"))
+    if not failed:
+        if not changed:
+            return dict(report, outcome="unchanged", message="Nothing to upgrade: the plan is the last-known-good deployment %s, "
+                        "and it answered" % named(recorded))
+        return dict(report, outcome="upgraded", message="Upgraded to %s in %.0f s (%s); the endpoint, the smoke tests and the "
+                    "canary passed. It is now the last-known-good deployment; the image before it stays on every node as %s while "
+                    "vllm_images_kept allows" % (named(planned), ended - began, "; ".join(changed),
+                                                 recorded.get("kept_image") or recorded.get("image")))
+    why = "; ".join(failure_line(f) for f in failed)
+    if rollback_failed is None:
+        return dict(report, outcome="rollback_failed", message="The upgrade to %s failed (%s), and no rollback ran" % (named(planned), why))
+    if not rollback_failed:
+        return dict(report, outcome="rolled_back", message="The upgrade to %s failed: %s. Rolled back to %s in %.0f s: it serves "
+                    "again, verified (the endpoint, the smoke tests and the canary). Nothing of the new deployment was kept; "
+                    "fix what failed, then run upgrade.yml again" % (named(planned), why, named(recorded), rolled_back - ended))
+    return dict(report, outcome="rollback_failed", message="The upgrade to %s failed: %s. The rollback to %s failed too: %s. The "
+                "cluster may not serve: run playbooks/status.yml to see what runs, then playbooks/recover.yml"
+                % (named(planned), why, named(recorded), "; ".join(failure_line(f) for f in rollback_failed)))

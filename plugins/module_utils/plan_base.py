@@ -60,8 +60,9 @@ DEFAULT_SETTINGS = {
     "trust_remote_code_unpinned": False,  # allow --trust-remote-code with a revision that is not a commit (warned)
     "firewall": True,                   # Ray's ports answer only the cluster's nodes (module_utils/firewall.py)
     "boot_start": True,                 # each node's supervisor brings the model back after a boot (module_utils/boot.py)
+    "images_kept": 2,                   # verified images kept on every node: the serving one and the one before it
 }
-INTEGERS = ("port", "ray_port", "master_port", "gpus_per_node", "rsync_port")
+INTEGERS = ("port", "ray_port", "master_port", "gpus_per_node", "rsync_port", "images_kept")
 BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned",
             "firewall", "boot_start")
 # The state folders of a node, under <state_dir>/<cluster>, each with its mode.

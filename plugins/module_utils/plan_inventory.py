@@ -85,6 +85,9 @@ def check_inventory(inputs, findings):
         findings.error("all", name, "vllm_cluster_name %r is not a valid cluster name: it names containers, folders and the firewall "
                        "table, so use 1-40 lower-case letters, digits and '-', starting and ending with a letter or digit "
                        "(for example dgx-spark)" % (name,))
+    if settings["images_kept"] < 1:
+        findings.error("all", settings["images_kept"], "vllm_images_kept %d keeps no image; set it to 1 or more (1: only the serving "
+                       "image, 2: also the one before it, which an upgrade rolls back to)" % settings["images_kept"])
     ports = {"vllm_port": settings["port"], "ray_port": settings["ray_port"], "master_port": settings["master_port"]}
     for key, value in ports.items():
         if not 0 < value < 65536:

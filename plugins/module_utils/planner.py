@@ -25,6 +25,7 @@ import json
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import canary
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import deployments
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import firewall
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_commands as commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as environment
@@ -114,6 +115,8 @@ def make_plan(inputs, stage="full"):
                         "revision": commands.model_revision(inputs)},
               "image": {"name": settings["image"], "gpus": commands.gpus(settings)},
               "overrides": {k: v for k, v in (inputs.get("overrides") or {}).items() if v not in (None, "")},
+              "profile_file": inputs.get("profile_file"), "extra_flags": dict(inputs.get("extra_flags") or {}),
+              "extra_env": dict(inputs.get("extra_env") or {}),
               "nodes": {n: {"is_head": n == head, "paths": paths[n], "probe_paths": probe_paths(paths[n]),
                             "probe_devices": device_paths(settings),
                             "probe_ray": container_name(settings, "ray", n) if n == head and inputs.get("backend") == "ray" else None,
@@ -177,6 +180,8 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
     revision = result["model"]["revision"]
     return {
         "name": settings["cluster_name"], "image": settings["image"], "image_id": image.get("id"), "vllm_version": image.get("version"),
+        "kept_image": deployments.kept_tag(settings["cluster_name"], image.get("id")), "images_kept": settings["images_kept"],
+        "kept_reference": deployments.kept_reference(settings["cluster_name"]),
         "transport": "roce" if use_roce else "socket", "nccl_strict": bool(settings["nccl_strict"] and use_roce),
         "expected_ray_nodes": len(order) if backend == "ray" else None,
         "expected_ray_gpus": len(order) * settings["gpus_per_node"] if backend == "ray" else None,
@@ -211,7 +216,9 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
         spec = commands.container_spec(inputs, name, "ray", env, paths, commands.ray_command(inputs, fabric_ip, is_head, cluster["head_ip"]))
     else:
         spec = commands.container_spec(inputs, name, "vllm", env, paths, [commands.LAUNCHER] + argv[2:])
-    hashed = {"cluster": cluster["hash"], "containers": [spec]}
+    # The image by its ID where known: another name of the same image (the tag an upgrade's rollback plans by) is the
+    # same deployment, and a tag moved to another image is not.
+    hashed = {"cluster": cluster["hash"], "containers": [dict(spec, image=cluster["image_id"] or spec["image"])]}
     if backend == "mp" and inputs.get("api_key_digest"):  # each rank's vLLM reads the key when its container starts
         hashed["api_key"] = inputs["api_key_digest"]
     node_hash = digest(hashed)
@@ -288,6 +295,9 @@ def decide_changes(inputs, nodes, cluster, head):
             vllm = inputs["nodes"][name].get("vllm")
             unchanged = vllm and vllm.get("running") and vllm.get("config_hash") == serve["config_hash"] and not changing
             serve["change"] = "none" if unchanged else ("start" if vllm is not None or changing else "unknown")
+            # A container stopped under a running vLLM ends it by SIGKILL once its init exits: on a GB10 the memory
+            # stays pinned until a reboot (fact 3). vLLM is stopped by its process group before its containers change.
+            serve["stop_first"] = bool(vllm and vllm.get("running") and changing)
     cluster.setdefault("serve_config_hash", nodes.get(head, {}).get("serve", {}).get("config_hash"))
     launching = any((nodes[n].get("serve") or {}).get("change", "none") != "none" for n in order)
     for name in order:  # before a launch, the memory teardown compares each node's with (fact 3); serve.yml writes it

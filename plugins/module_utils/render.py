@@ -77,7 +77,8 @@ def render(plan):
             if node.get("serve") and plan.get("backend") == "ray":
                 lines.append("  %s, inside %s: %s" % (name, node["serve"]["container"], _command(node["serve"]["argv"])))
         if "apply_needed" in cluster:
-            serve = ["%s: %s vLLM" % (n, nodes[n]["serve"]["change"]) for n in plan.get("nodes_order", [])
+            serve = ["%s: %s vLLM" % (n, "stop, then start" if nodes[n]["serve"].get("stop_first") else nodes[n]["serve"]["change"])
+                     for n in plan.get("nodes_order", [])
                      if n in nodes and (nodes[n].get("serve") or {}).get("change", "none") != "none"]
             lines.append("Changes: %s" % ("; ".join(cluster["changes"] + serve) or "none, every container and vLLM run as planned"))
             lines += ["Environment drift: %s" % drift for drift in cluster.get("env_drift") or []]

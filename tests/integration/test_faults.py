@@ -590,3 +590,108 @@ def test_bad_input_is_refused_before_any_change(client, extra, message):
     assert message in out and "sk-not-here" not in out
     assert every_container(client) == before
     record("bad input", " ".join(extra[1:]), "refused before any change: " + message)
+
+
+BROKEN = b"""FROM dgx-spark-sim/runtime:sim
+RUN printf '#!/bin/sh\\necho "vllm: this image is broken on purpose" >&2\\nexit 1\\n' > /opt/vllm/bin/vllm
+"""
+
+
+def build_on_head(tag, dockerfile):
+    """An image built in the head's own daemon, as a Spark's operator would pull a new one onto the head."""
+    import io  # pylint: disable=import-outside-toplevel
+
+    image, dummy = head().images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True)
+    return image.id
+
+
+def remove_from_nodes(tag):
+    """A test's image taken back from every node (its image stores are kept between runs)."""
+    for node in ("sim-head", "sim-worker1"):
+        try:
+            node_docker(node).images.remove(tag)
+        except docker.errors.ImageNotFound:
+            pass
+
+
+def kept_tags(node):
+    return sorted(t for i in node_docker(node).images.list("dgx-spark-vllm-kept") for t in i.tags)
+
+
+def test_an_upgrade_that_fails_rolls_back_to_the_last_known_good_and_serves(client):
+    """upgrade.yml to an image whose vllm entry point fails (it still imports: the probe and the plan pass): --check
+    --diff shows the change and changes nothing; the real run names the failure, plans the last-known-good deployment
+    again by the tag that kept its image, and verifies it (the canary token for token); the run fails, saying both.
+    serve.yml afterwards changes nothing."""
+    recorded = json.load(open(os.path.join(SIM, ".artifacts", "last-known-good.json"), encoding="utf-8"))
+    broken = build_on_head("dgx-spark-sim/runtime:broken", BROKEN)
+    try:
+        before = every_container(client)
+        rc, out = playbook("upgrade", "-e", "vllm_image=dgx-spark-sim/runtime:broken", "--check", "--diff", log="faults-upgrade-check")
+        assert rc == 0 and "Check mode: the upgrade to dgx-spark-sim/runtime:broken (%s, sim_tiny) would change image: " \
+            "dgx-spark-sim/runtime:sim -> dgx-spark-sim/runtime:broken" % broken.split(":")[1][:12] in " ".join(out.split())
+        assert every_container(client) == before and chat() == 200
+        started = time.monotonic()
+        rc, out = playbook("upgrade", "-e", "vllm_image=dgx-spark-sim/runtime:broken", log="faults-upgrade-broken")
+        seconds = time.monotonic() - started
+        flat = " ".join(out.split())
+        assert rc != 0
+        assert ("The upgrade to dgx-spark-sim/runtime:broken (%s, sim_tiny) failed: sim-head: Stop when vLLM died while loading, "
+                "with the end of its log: vLLM exited while loading on sim-head" % broken.split(":")[1][:12]) in flat
+        assert "vllm: this image is broken on purpose. Rolled back to dgx-spark-sim/runtime:sim" in flat
+        assert "canary passed: 5 prompts agree with the reference token for token" in flat  # the rollback's verify
+        assert chat() == 200
+        summary = json.load(open(os.path.join(SIM, ".artifacts", "summary.json"), encoding="utf-8"))
+        assert summary["upgrade"]["outcome"] == "rolled_back" and summary["upgrade"]["failures"][0]["host"] == "sim-head"
+        now = json.load(open(os.path.join(SIM, ".artifacts", "last-known-good.json"), encoding="utf-8"))
+        assert now["image_id"] == recorded["image_id"] and now["serve_config_hash"] == recorded["serve_config_hash"]
+        for node in ("sim-head", "sim-worker1"):  # the image rolled back to is kept; the one that failed never was
+            assert "dgx-spark-vllm-kept:dgx-spark-" + recorded["image_id"][7:19] in kept_tags(node)
+            assert "dgx-spark-vllm-kept:dgx-spark-" + broken[7:19] not in kept_tags(node)
+        assert available_gib(client, "sim-head") > 70  # the old vLLM was stopped before its container changed: nothing pinned
+        record("upgrade", "an upgrade to an image whose vLLM fails at start", "the failure is named; the last-known-good "
+               "deployment is planned again and verified (canary token for token) in %.0f s; the run fails saying both"
+               % summary["upgrade"]["seconds"]["rollback"], seconds)
+        rc, out = playbook("serve", log="faults-serve-after-rollback", check=True)  # the inventory's image: the same ID
+        assert "Changes: none, every container and vLLM run as planned" in out
+    finally:
+        remove_from_nodes("dgx-spark-sim/runtime:broken")
+
+
+LAYERED = b"""FROM dgx-spark-sim/runtime:sim
+RUN echo "a layer that changes nothing vLLM computes" > /etc/dgx-spark-upgrade-test
+"""
+
+
+@pytest.mark.extended
+def test_an_upgrade_that_works_is_kept_and_the_image_before_it_stays(client):
+    """upgrade.yml to the same image plus a layer (another image ID, the same numerics): vLLM is stopped by its process
+    group before its containers change, the canary passes by the profile's tolerance across the image ID, the new
+    deployment becomes the last-known-good one, and the image before it stays kept on every node. Going back with
+    vllm_images_kept=1 lets go of the layered image's kept tag, and of nothing else."""
+    before = json.load(open(os.path.join(SIM, ".artifacts", "last-known-good.json"), encoding="utf-8"))
+    layered = build_on_head("dgx-spark-sim/runtime:layered", LAYERED)
+    old_tag, new_tag = "dgx-spark-vllm-kept:dgx-spark-" + before["image_id"][7:19], "dgx-spark-vllm-kept:dgx-spark-" + layered[7:19]
+    try:
+        started = time.monotonic()
+        rc, out = playbook("upgrade", "-e", "vllm_image=dgx-spark-sim/runtime:layered", log="faults-upgrade-layered", check=True)
+        flat = " ".join(out.split())
+        assert "sim-head: stop, then start vLLM" in flat
+        assert "canary passed: 5 prompts agree with the reference within the tolerance, across: image_id" in flat
+        assert "Upgraded to dgx-spark-sim/runtime:layered (%s, sim_tiny)" % layered[7:19] in flat
+        now = json.load(open(os.path.join(SIM, ".artifacts", "last-known-good.json"), encoding="utf-8"))
+        assert now["image_id"] == layered and now["kept_images"][-2:] == [old_tag, new_tag]
+        for node in ("sim-head", "sim-worker1"):
+            assert {old_tag, new_tag} <= set(kept_tags(node))
+        assert available_gib(client, "sim-head") > 70  # stopped by its process group: nothing pinned
+        record("upgrade", "an upgrade to another image ID with the same numerics", "vLLM stopped by its process group first; "
+               "the canary passes by tolerance; the image before it stays kept", time.monotonic() - started)
+        rc, out = playbook("upgrade", "-e", "vllm_image=dgx-spark-sim/runtime:sim", "-e", "vllm_images_kept=1",
+                           log="faults-upgrade-back", check=True)
+        assert "Upgraded to dgx-spark-sim/runtime:sim" in " ".join(out.split())
+        assert json.load(open(os.path.join(SIM, ".artifacts", "last-known-good.json"), encoding="utf-8"))["kept_images"] == [old_tag]
+        for node in ("sim-head", "sim-worker1"):
+            assert kept_tags(node) == [old_tag]
+            assert node_docker(node).images.get("dgx-spark-sim/runtime:layered").id == layered  # its own tag stays
+    finally:
+        remove_from_nodes("dgx-spark-sim/runtime:layered")

@@ -34,13 +34,13 @@ def module_options(name):
 
 def role_entry_points(playbook):
     """(role, entry point) for every role a playbook runs: roles: lists, include_role and import_role, also in the
-    playbooks it imports."""
+    playbooks and task files it imports."""
     found = []
 
     def walk(node):
         if isinstance(node, dict):
-            for key in ("ansible.builtin.import_playbook", "import_playbook"):
-                if key in node:
+            for key in ("ansible.builtin.import_playbook", "import_playbook", "ansible.builtin.import_tasks", "import_tasks"):
+                if key in node:  # a playbook, or a task file of playbooks/tasks/ (serve.yml's and upgrade.yml's steps)
                     found.extend(role_entry_points(node[key]))
             for key in ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role"):
                 if key in node:
@@ -83,7 +83,7 @@ def shipped_profiles():
 def test_a_template_for_each_playbook_an_operator_runs():
     by_playbook = {t["playbook"]: t for t in templates()}
     assert sorted(by_playbook) == ["playbooks/plan.yml", "playbooks/recover.yml", "playbooks/serve.yml", "playbooks/status.yml",
-                                   "playbooks/teardown.yml"]
+                                   "playbooks/teardown.yml", "playbooks/upgrade.yml"]
     for playbook in by_playbook:
         assert os.path.exists(os.path.join(ROOT, playbook))
     for playbook in ("playbooks/plan.yml", "playbooks/serve.yml"):
@@ -93,6 +93,8 @@ def test_a_template_for_each_playbook_an_operator_runs():
     assert not by_playbook["playbooks/serve.yml"]["allow_simultaneous"]
     assert not by_playbook["playbooks/teardown.yml"]["allow_simultaneous"]
     assert not by_playbook["playbooks/recover.yml"]["allow_simultaneous"]
+    assert not by_playbook["playbooks/upgrade.yml"]["allow_simultaneous"]
+    assert [q["variable"] for q in by_playbook["playbooks/upgrade.yml"]["survey_spec"]["spec"]] == ["vllm_image", "vllm_profile"]
 
 
 @pytest.mark.parametrize("template", templates(), ids=lambda t: t["name"])

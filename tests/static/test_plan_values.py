@@ -62,7 +62,7 @@ def test_the_documented_defaults_are_the_planners():
     from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import DEFAULT_SETTINGS
 
     with open(os.path.join(ROOT, "roles", "preflight", "defaults", "main.yml"), encoding="utf-8") as handle:
-        settings = yaml.safe_load(handle)["preflight_settings"]
+        settings = yaml.safe_load(handle)["preflight_inventory_settings"]
     with open(os.path.join(ROOT, "roles", "preflight", "meta", "argument_specs.yml"), encoding="utf-8") as handle:
         options = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
     checked = 0

@@ -9,7 +9,9 @@ def test_every_filter_is_registered():
     assert set(checks.FilterModule().filters()) == {"env_parity", "docker_env", "environ_dump", "started_env", "nccl_transport",
                                                     "status_report", "status_node", "human_bytes", "rsync_summary", "ring_failures", "ring_ends", "ring_table",
                                                     "perftest_argv", "perftest_verdict", "recover_decision", "recover_refusal",
-                                                    "last_known_good", "deployment_vars", "canary_keep", "canary_verdict"}
+                                                    "last_known_good", "deployment_vars", "canary_keep", "canary_verdict",
+                                                    "deployment_restore", "deployment_change", "kept_images_to_remove",
+                                                    "upgrade_failure_line", "upgrade_report"}
 
 
 def test_started_env_reads_what_docker_container_returned_and_skips_kept_ones():

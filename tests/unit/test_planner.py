@@ -421,7 +421,9 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     missing = planner.make_plan(copy.deepcopy(inputs))
     assert missing["cluster"]["changes"] == ["spark2: restart dgx-spark-ray-spark2"]
     assert missing["nodes"]["spark1"]["serve"]["change"] == "start" and missing["cluster"]["join_gate_proven"] is False
-    assert "Changes: spark2: restart dgx-spark-ray-spark2; spark1: start vLLM" in render.render(missing)
+    # vLLM runs: it is stopped by its process group before the worker's container restarts under its rank (fact 3)
+    assert missing["nodes"]["spark1"]["serve"]["stop_first"] and not healthy["nodes"]["spark1"]["serve"]["stop_first"]
+    assert "Changes: spark2: restart dgx-spark-ray-spark2; spark1: stop, then start vLLM" in render.render(missing)
     inputs["nodes"]["spark1"]["ray"] = node_probe.ray(1, "", "Error response from daemon: No such container: x", "x")
     unread = planner.make_plan(inputs)
     assert unread["cluster"]["apply_needed"] is False and unread["cluster"]["join_gate_proven"] is False  # the gate task waits

@@ -76,7 +76,7 @@ def test_the_last_known_good_record_plans_the_same_deployment_again(tmp_path):
     inputs = spark_inputs(m25, tmp_path)
     inputs["overrides"] = {"max_model_len": 65536, "gpu_memory_utilization": None}
     plan = planner.make_plan(inputs)
-    recorded = deployments.record(plan, 1795500000.0)
+    recorded = deployments.record(plan, None, 1795500000.0)
     assert recorded["image_id"] == plan["cluster"]["image_id"] and recorded["profile"] == "minimax_m25_nvfp4_ep"
     assert recorded["serve_config_hash"] == plan["cluster"]["serve_config_hash"] and recorded["nodes"] == plan["nodes_order"]
     assert deployments.extra_vars(recorded) == {"vllm_profile": "minimax_m25_nvfp4_ep", "vllm_backend": "ray", "vllm_max_model_len": 65536}
