@@ -15,7 +15,8 @@ few seconds. The order and the waits are data:
 - a worker: the head's Ray port answers, then its Ray container runs (started only when the node's memory fits);
 - the head: its Ray container runs, every node and GPU has joined (the join gate, fact 2), vLLM runs in the head's
   container as the process group vllm_process makes (started only when the memory fits), the endpoint answers, and
-  one completion is asked of it (the smoke test of a boot);
+  one completion is asked of it (the smoke test of a boot), then the correctness canary's prompts, compared with the
+  reference the head keeps (module_utils/canary.py): a boot must not bring back a deployment that answers wrong;
 - the mp backend: each node's vLLM container runs; the head's endpoint answers.
 
 A step that waits (``tcp``, ``join``, ``health``) ends the look when it is not yet true; a step that acts
@@ -39,13 +40,14 @@ import sys
 import time
 from urllib.parse import urlsplit
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import canary
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import endpoint
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import unified_memory
 
 UNIT_DIR = "/etc/systemd/system"
-LIB_MODULES = ("boot", "endpoint", "errors", "process_group", "ray_state", "unified_memory")  # what the node's copy needs
+LIB_MODULES = ("boot", "canary", "endpoint", "errors", "process_group", "ray_state", "unified_memory")  # what the node's copy needs
 PACKAGE = "ansible_collections.dgx_spark.vllm.plugins.module_utils"
 INTERVAL = 5            # seconds between looks
 EVENTS_KEPT = 30
@@ -130,7 +132,9 @@ def steps(backend, is_head, cluster, containers, serve, node_paths):
                        "check_memory": True})
     result.append({"name": "the endpoint answers", "kind": "health", "url": endpoint_info["local_health_url"]})
     result.append({"name": "one completion", "kind": "completion", "url": endpoint_info["local_health_url"].rsplit("/", 1)[0],
-                   "model": endpoint_info["served_model_name"], "key_file": node_paths["api_key_file"]})
+                   "model": endpoint_info["served_model_name"], "key_file": node_paths["api_key_file"],
+                   # After a boot the canary's prompts are asked again and compared with the head's kept reference.
+                   "canary": dict(cluster["canary"], reference_file=node_paths["canary_file"]) if cluster.get("canary") else None})
     return result
 
 
@@ -191,9 +195,9 @@ class Ops:
         except OSError:
             return False
 
-    def http(self, url, body=None, key=None, timeout=5):
-        """(status, parsed JSON or None) of a GET, or of a POST of ``body``, to the node's own endpoint. http.client, as
-        this runs on the node without Ansible's open_url."""
+    def http(self, url, body=None, key=None, timeout=5, text=False):
+        """(status, parsed JSON or None; with ``text`` the body as text) of a GET, or of a POST of ``body``, to the
+        node's own endpoint. http.client, as this runs on the node without Ansible's open_url."""
         parts = urlsplit(url)
         headers = {"Content-Type": "application/json"}
         if key:
@@ -203,8 +207,10 @@ class Ops:
             connection.request("POST" if body is not None else "GET", parts.path or "/",
                                body=json.dumps(body) if body is not None else None, headers=headers)
             answer = connection.getresponse()
-            text = answer.read().decode("utf-8", "replace")
-            return answer.status, (json.loads(text) if text.strip().startswith("{") else None)
+            read = answer.read().decode("utf-8", "replace")
+            if text:
+                return answer.status, read
+            return answer.status, (json.loads(read) if read.strip().startswith("{") else None)
         except (OSError, ValueError, http.client.HTTPException):
             return None, None
         finally:
@@ -310,7 +316,53 @@ def ask(step, ops):
                               key=key, timeout=120)
     if status != 200:
         return False, "the completion answered %s" % status
-    return endpoint.judge({"kind": "chat"}, answer)
+    passed, detail = endpoint.judge({"kind": "chat"}, answer)
+    if not passed:
+        return passed, detail
+    passed, verdict = ask_canary(step, ops, key)
+    return passed, "%s; %s" % (detail, verdict) if verdict else detail
+
+
+def in_flight(step, ops):
+    """How many requests vLLM runs or queues now (its /metrics gauges), or 0 when it does not say."""
+    status, metrics = ops.http(step["url"] + "/metrics", text=True)
+    if status != 200 or not metrics:
+        return 0
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")):
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+    return int(total)
+
+
+def ask_canary(step, ops, key):
+    """(passed, verdict) of the canary's prompts, one at a time, against the reference the head keeps (serve.yml's);
+    (True, None) when there is none to compare with."""
+    spec = step.get("canary")
+    try:
+        kept = canary.stored_for(json.loads(ops.read(spec["reference_file"])), spec["basis"]["model"]) if spec else None
+    except (OSError, ValueError):
+        kept = None
+    if not kept:
+        return True, None
+    busy = in_flight(step, ops)
+    if busy:  # batched with other requests, a near-tie between two logits may flip: asked alone, or not at all
+        return True, "canary not asked: %d requests were in flight" % busy
+    answers = []
+    for prompt in spec["settings"]["prompts"]:
+        status, answer = ops.http(step["url"] + "/v1/completions", canary.request(step["model"], prompt, spec["settings"]),
+                                  key=key, timeout=120)
+        try:
+            if status != 200:
+                raise ValueError("it answered %s" % status)
+            answers.append({"prompt": prompt, "tokens": canary.tokens_of(answer), "text": answer["choices"][0].get("text") or ""})
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            return False, "canary FAILED: the prompt %r: %s" % (prompt, exc)
+    verdict = canary.compare(kept, spec["basis"], answers, spec["settings"])
+    return verdict["passed"], verdict["message"]
 
 
 def start(config, step, ops, memo, refusal):

@@ -148,6 +148,7 @@ def make_plan(inputs, stage="full"):
     nodes_check.check_kept_env(order, inputs["nodes"], result["nodes"], findings)
     cluster["memory"] = memory(inputs, findings, result["parallel"], flags, result["gpu_memory_utilization"], max_len,
                                {n: result["nodes"][n]["config_hash"] for n in order}, common)
+    cluster["canary"] = {"settings": canary.settings(profile), "basis": canary.basis({"cluster": cluster, "model": result["model"]})}
     for name in order:  # the supervisor that brings each node back after a boot: the hashes and memory are final now
         result["nodes"][name]["boot"] = boot.plan(settings, inputs["backend"], name, result["nodes"][name], cluster,
                                                   firewall.unit_name(settings["cluster_name"]) if settings["firewall"] else None)
@@ -160,7 +161,6 @@ def make_plan(inputs, stage="full"):
     nodes_check.check_devices(order, inputs["nodes"], device_paths(settings), findings)
     result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])
     result.update(cluster=cluster, deviations=profile.get("deviations") or [])
-    cluster["canary"] = {"settings": canary.settings(profile), "basis": canary.basis(result)}
     return finish(result, findings)
 
 

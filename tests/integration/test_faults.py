@@ -414,12 +414,31 @@ def test_a_worker_power_cycle_under_load_comes_back_by_itself(client):
     assert "Changes: none, every container and vLLM run as planned" in out
 
 
+def supervisor_did(node, what, seconds):
+    """The supervisor's event that starts with ``what``, waited for (the node may still be booting), or None."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            status = json.loads(node_docker_exec(node, ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/boot/status.json"]))
+            found = [e["what"] for e in status.get("events") or [] if e["what"].startswith(what)]
+            if found:
+                return found[-1]
+        except Exception:  # noqa: BLE001 - the node or its file is not back yet
+            pass
+        time.sleep(1)
+    return None
+
+
 def test_both_nodes_power_cycled_come_back_by_themselves(client):
-    """Both nodes lose power at once; nothing is run after the power cycle until a completion is served."""
+    """Both nodes lose power at once; nothing is run after the power cycle until a completion is served. Nothing else
+    asks the endpoint meanwhile, so the head's supervisor asks the canary after its completion: token for token."""
     started = time.monotonic()
     sim("faults-sim-reboot-all", None, "-e", "sim_reboot=all")
-    assert answered_again(300)
+    asked = supervisor_did("sim-head", "completion passed", 300)
     recovered = time.monotonic() - started
+    assert asked and asked.endswith("canary passed: 5 prompts agree with the reference token for token (image, model "
+                                    "revision and numerics unchanged)"), asked
+    assert chat() == 200
     rc, out = playbook("status", log="faults-status-after-reboot-all", check=True)
     flat = " ".join(out.split())  # the callback wraps long lines
     assert "supervisor: serving" in flat and "next boot: checks memory, then: container dgx-spark-ray-sim-head runs" in flat

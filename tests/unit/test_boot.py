@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot, planner, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot, canary, planner, profiles
 
 from helpers import read_fixture, run_module, spark_inputs
 
@@ -81,6 +81,11 @@ class FakeNode(boot.Ops):
         self.pgid = None
         self.calls = []
         self.asked = 0
+        self.canary_asked = []
+        self.metrics = "# HELP vllm:num_requests_running Number of requests in model execution batches.\n" \
+                       "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0.0\n" \
+                       "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 0.0\n"
+        self.canary_answer = json.loads(read_fixture("canary", "sim-tiny-completion-token-ids.json"))
 
     def exists(self, path):
         return path in self.files
@@ -95,11 +100,16 @@ class FakeNode(boot.Ops):
     def connects(self, host, port):
         return "head" in self.running
 
-    def http(self, url, body=None, key=None, timeout=5):
+    def http(self, url, body=None, key=None, timeout=5, text=False):
+        if url.endswith("/metrics"):
+            return 200, self.metrics
         if body is None:
             return (200 if self.healthy else None), None
-        self.asked += 1
         assert key == "sk-test"
+        if url.endswith("/v1/completions"):  # the canary's prompts: the captured answer, or the test's
+            self.canary_asked.append(body["prompt"])
+            return 200, self.canary_answer
+        self.asked += 1
         return 200, {"choices": [{"message": {"content": "Hello there"}, "finish_reason": "length"}]}
 
     def run(self, argv, data=None, timeout=60):
@@ -317,3 +327,33 @@ def test_the_mp_head_asks_its_completion_once():
     memo = {}
     assert boot.look(config, node, memo)[0] == "serving" and node.asked == 1
     assert boot.look(config, node, memo) == ("serving", "every step holds", None) and node.asked == 1
+
+
+def test_after_a_boot_the_canary_is_asked_and_a_wrong_answer_fails_by_name():
+    """The completion step asks the canary's prompts one at a time and compares them with the head's kept reference:
+    the same tokens pass (the same basis: token for token), other tokens fail with the canary's own message."""
+    answer = json.loads(read_fixture("canary", "sim-tiny-completion-token-ids.json"))
+    settings = dict(canary.settings({}), garbage={"enabled": False})
+    basis = {"image_id": "sha256:1", "model": "m", "revision": None, "flags": {}, "env": {}}
+    kept = canary.keep({}, "m", canary.reference([{"prompt": p, "tokens": canary.tokens_of(answer)} for p in settings["prompts"]],
+                                                 basis, "2026-11-24T10:00:00Z"))
+    files = {"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt"), "/state/secrets/key": "sk-test",
+             "/state/config/canary-reference.json": json.dumps(kept)}
+    config = head_config()
+    config["steps"][-1]["canary"] = {"settings": settings, "basis": basis, "reference_file": "/state/config/canary-reference.json"}
+    node = FakeNode(files=files, running={"head", "ray"}, ray=read_fixture("ray", "sim-two-nodes.json"), healthy=True)
+    node.pgid = 7
+    state, detail, did = boot.look(config, node, {})
+    assert state == "serving" and node.canary_asked == settings["prompts"]
+    assert did.endswith("canary passed: 5 prompts agree with the reference token for token (image, model revision and numerics unchanged)")
+    wrong = json.loads(json.dumps(answer))
+    wrong["choices"][0]["logprobs"]["tokens"][3] = "token_id:1"
+    node.canary_answer, node.pgid = wrong, 8  # vLLM started again after a boot: asked again
+    state, detail, did = boot.look(config, node, {})
+    assert state == "failed" and "canary FAILED: the answers differ from the reference recorded 2026-11-24T10:00:00Z" in did
+    node.metrics, node.pgid, node.canary_asked = node.metrics.replace("} 0.0", "} 3.0", 1), 10, []  # clients came back first
+    state, detail, did = boot.look(config, node, {})
+    assert state == "serving" and did.endswith("canary not asked: 3 requests were in flight") and not node.canary_asked
+    del node.files["/state/config/canary-reference.json"]  # no reference kept yet: the completion alone decides
+    node.pgid = 9
+    assert boot.look(config, node, {})[0] == "serving"
