@@ -115,8 +115,7 @@ def make_plan(inputs, stage="full"):
                         "revision": commands.model_revision(inputs)},
               "image": {"name": settings["image"], "gpus": commands.gpus(settings)},
               "overrides": {k: v for k, v in (inputs.get("overrides") or {}).items() if v not in (None, "")},
-              "profile_file": inputs.get("profile_file"), "extra_flags": dict(inputs.get("extra_flags") or {}),
-              "extra_env": dict(inputs.get("extra_env") or {}),
+              "profile_file": inputs.get("profile_file"),
               "nodes": {n: {"is_head": n == head, "paths": paths[n], "probe_paths": probe_paths(paths[n]),
                             "probe_devices": device_paths(settings),
                             "probe_ray": container_name(settings, "ray", n) if n == head and inputs.get("backend") == "ray" else None,
@@ -161,11 +160,15 @@ def make_plan(inputs, stage="full"):
     nodes_check.check_devices(order, inputs["nodes"], device_paths(settings), findings)
     result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])
     result.update(cluster=cluster, deviations=profile.get("deviations") or [])
-    return finish(result, findings)
+    return finish(result, findings, inputs)
 
 
-def finish(result, findings):
+def finish(result, findings, inputs=None):
+    """The plan with its verdict. A plan without errors also carries the extra flags and env it was made with (the
+    last-known-good record plans it again from them); a refused one never does, as they may hold a secret."""
     result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
+    if inputs is not None and not findings.errors:
+        result.update(extra_flags=dict(inputs.get("extra_flags") or {}), extra_env=dict(inputs.get("extra_env") or {}))
     return result
 
 

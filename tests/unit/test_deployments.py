@@ -1,6 +1,7 @@
 """The last-known-good record, the kept images and upgrade.yml's report (module_utils/deployments.py), on plans made
 from the seed profiles."""
 
+import json
 import os
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import deployments, planner, profiles
@@ -115,3 +116,12 @@ def test_check_mode_reports_what_would_change_or_fail_and_never_a_rollback(tmp_p
     failed = deployments.upgrade_report(recorded, planned, change, [{"host": "spark2", "task": "Copy", "message": "no disk"}],
                                         None, 1.0, 2.0, None, True)
     assert failed["outcome"] == "would_fail" and "would fail: spark2: Copy: no disk. Nothing was changed" in failed["message"]
+
+
+def test_a_refused_plan_never_carries_the_extra_flags_or_env_it_was_given(tmp_path):
+    m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["extra_flags"], inputs["extra_env"] = {"--api-key": "sk-leak-me-not"}, {"HF_TOKEN": "hf_leak_me_not"}
+    refused = planner.make_plan(inputs)
+    assert not refused["ok"] and "leak-me-not" not in json.dumps(refused)
+    assert "extra_flags" not in refused and "extra_env" not in refused
