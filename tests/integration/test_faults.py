@@ -477,6 +477,8 @@ def test_a_killed_rank_comes_back_by_itself_or_by_recover(client):
 def test_an_image_removed_on_a_worker_is_sent_again_by_the_next_serve(client):
     image = "dgx-spark-sim/runtime:sim"
     started = time.monotonic()
+    for node in ("sim-head", "sim-worker1"):  # held as a playbook holds them: a supervisor would start the worker again
+        node_docker_exec(node, ["sh", "-c", "echo 'the test, by hand' > /var/lib/dgx-spark-vllm/dgx-spark/boot/hold"])
     stopped = worker().containers.get(WORKER_RAY)  # stopped as a user does (a hard kill would pin its rank's memory)
     stopped.stop(timeout=60)
     stopped.remove()  # then a prune, the container gone
@@ -675,6 +677,45 @@ def test_an_upgrade_that_fails_rolls_back_to_the_last_known_good_and_serves(clie
         assert "Changes: none, every container and vLLM run as planned" in out
     finally:
         remove_from_nodes("dgx-spark-sim/runtime:broken")
+
+
+SWEEP = {"vllm_bench_concurrency": [1, 2, 4], "vllm_bench_input_lens": [64], "vllm_bench_output_lens": [16],
+         "vllm_bench_prompts_per_stream": 2, "vllm_bench_min_prompts": 4}
+
+
+def test_bench_writes_csv_json_plots_and_a_summary_compared_with_the_previous_run(client):
+    """bench.yml on the serving cluster with small counts: a row per point with real figures in the CSV and the JSON,
+    two plots, a summary that compares the second run with the first; the key in none of them. A deployment that does
+    not run as planned is not measured."""
+    import csv  # pylint: disable=import-outside-toplevel
+    import glob  # pylint: disable=import-outside-toplevel
+
+    rc, out = playbook("bench", "-e", "vllm_max_model_len=512", log="faults-bench-not-planned")
+    assert rc != 0 and "bench.yml measures what serves. Run playbooks/serve.yml first" in " ".join(out.split())
+    started = time.monotonic()
+    rc, out = playbook("bench", "-e", json.dumps(SWEEP), log="faults-bench", check=True)
+    seconds = time.monotonic() - started
+    folder = sorted(glob.glob(os.path.join(SIM, ".artifacts", "bench", "*")))[-1]
+    assert sorted(os.listdir(folder)) == ["bench.csv", "bench.json", "latency.png", "summary.md", "throughput.png"]
+    with open(os.path.join(folder, "bench.csv"), encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(r["concurrency"]) for r in rows] == [1, 2, 4] and all(r["errors"] == "0" for r in rows), rows
+    assert all(int(r["completed"]) == int(r["prompts"]) >= 4 and float(r["output_tokens_per_s"]) > 0 for r in rows), rows
+    assert all(float(r["ttft_p99_ms"]) >= float(r["ttft_p50_ms"]) > 0 for r in rows), rows
+    saved = json.load(open(os.path.join(folder, "bench.json"), encoding="utf-8"))
+    assert saved["meta"]["profile"] == "sim_tiny" and saved["decode_bound"] > 0 and len(saved["rows"]) == 3
+    for plot in ("throughput.png", "latency.png"):
+        with open(os.path.join(folder, plot), "rb") as handle:
+            data = handle.read()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20000, plot
+    key = api_key()
+    assert key not in out and not any(key in open(os.path.join(folder, f), "rb").read().decode("latin-1") for f in os.listdir(folder))
+    record("bench", "bench.yml on the serving cluster (3 points, 4-8 prompts each)", "CSV, JSON, two plots and a summary; "
+           "the key in none of them", seconds)
+    rc, out = playbook("bench", "-e", json.dumps(dict(SWEEP, vllm_bench_concurrency=[1])), log="faults-bench-again", check=True)
+    latest = sorted(glob.glob(os.path.join(SIM, ".artifacts", "bench", "*")))[-1]
+    summary = open(os.path.join(latest, "summary.md"), encoding="utf-8").read()
+    assert "Compared with the previous run of this profile (%s)" % os.path.basename(folder) in summary
 
 
 LAYERED = b"""FROM dgx-spark-sim/runtime:sim
