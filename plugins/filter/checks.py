@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files, nccl_log, parity, status
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import canary, deployments, perftest, recover, ring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import bench, canary, deployments, perftest, recover, ring
 
 
 def env_parity(planned, actual, what="container"):
@@ -76,6 +76,21 @@ def upgrade_failure_line(failure):
 def upgrade_report(recorded, planned, changed, failed, rollback_failed, began, ended, rolled_back=None, check=False):
     """upgrade.yml's report: outcome, message, both deployments and their seconds."""
     return deployments.upgrade_report(recorded, planned, changed, failed, rollback_failed, began, ended, rolled_back, check)
+
+
+def bench_sweep(bench_target, given, stamp, reports_dir):
+    """bench.yml's sweep: {config, points, errors, dirs} (module_utils/bench.py)."""
+    return bench.sweep(bench_target, given, stamp, reports_dir)
+
+
+def bench_argv(point, bench_target, result_dir):
+    """vllm bench serve for one point, run inside the head's container; the key is read there."""
+    return bench.argv(point, bench_target, result_dir)
+
+
+def bench_rows(points_run, results, runs, deployment):
+    """One row per point from its slurped result file, or a failed row saying why."""
+    return bench.rows(points_run, results, runs, deployment)
 
 
 def kept_images_to_remove(image_ls_lines, recorded, cluster_name):
@@ -165,6 +180,9 @@ class FilterModule:
             "kept_images_to_remove": kept_images_to_remove,
             "upgrade_failure_line": upgrade_failure_line,
             "upgrade_report": upgrade_report,
+            "bench_sweep": bench_sweep,
+            "bench_argv": bench_argv,
+            "bench_rows": bench_rows,
             "human_bytes": human_bytes,
             "rsync_summary": rsync_summary,
             "ring_failures": ring_failures,

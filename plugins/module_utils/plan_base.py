@@ -167,6 +167,7 @@ def reports(settings):
     """The controller's reports of a run."""
     folder = settings["artifacts_dir"]
     if not folder:
-        return {"plan": None, "summary": None, "logs": None, "last_known_good": None, "canary": None}
+        return {"plan": None, "summary": None, "logs": None, "last_known_good": None, "canary": None, "bench": None}
     return {"plan": folder + "/plan.json", "summary": folder + "/summary.json", "logs": folder + "/logs",
-            "last_known_good": folder + "/last-known-good.json", "canary": folder + "/canary-reference.json"}
+            "last_known_good": folder + "/last-known-good.json", "canary": folder + "/canary-reference.json",
+            "bench": folder + "/bench"}

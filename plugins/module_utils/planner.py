@@ -23,6 +23,7 @@ import copy
 import hashlib
 import json
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import bench
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import canary
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import deployments
@@ -32,7 +33,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_nodes as nodes_check
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import ring as ring_links
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import (
-    LABEL, Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
+    LABEL, STATE_MOUNT, Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_inventory import (
     check_head, check_inventory, check_model, parallel_sizes, ring_plan, utilization)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_memory import memory
@@ -148,6 +149,7 @@ def make_plan(inputs, stage="full"):
     cluster["memory"] = memory(inputs, findings, result["parallel"], flags, result["gpu_memory_utilization"], max_len,
                                {n: result["nodes"][n]["config_hash"] for n in order}, common)
     cluster["canary"] = {"settings": canary.settings(profile), "basis": canary.basis({"cluster": cluster, "model": result["model"]})}
+    cluster["bench"] = bench.target(cluster, result["nodes"][head], profile, max_len, STATE_MOUNT, commands.API_KEY_FILE)
     for name in order:  # the supervisor that brings each node back after a boot: the hashes and memory are final now
         result["nodes"][name]["boot"] = boot.plan(settings, inputs["backend"], name, result["nodes"][name], cluster,
                                                   firewall.unit_name(settings["cluster_name"]) if settings["firewall"] else None)

@@ -33,6 +33,7 @@ SCHEMA = {
     "deviations": list,
     "smoke_tests": list,
     "canary": dict,
+    "bench": dict,
     "notes": list,
     "env_unchecked": list,
 }
@@ -50,6 +51,9 @@ MEMORY_KEYS = {"overhead_bytes": int, "kv_cache_bytes": int, "block_size": int, 
 CONTAINER_KEYS = {"shm_size": str, "extra_volumes": list}
 # The correctness canary (module_utils/canary.py): its prompts, and how far answers may move across a change.
 CANARY_KEYS = {"prompts": list, "max_tokens": int, "seed": int, "tolerance": dict, "garbage": dict}
+# bench.yml's reference lines (module_utils/bench.py): the decode bound from the active parameters and their bytes,
+# and the figures the write-up published, each at its concurrency.
+BENCH_KEYS = {"active_params": float, "bytes_per_param": float, "bytes_source": str, "published": list}
 DEVIATION_KEYS = {"what": str, "writeup": str, "profile": str, "reason": str, "restore": dict}
 SMOKE_KINDS = ("chat", "no_control_tokens", "tool_call", "reasoning")
 # Inventory variables a deviation may name to restore the write-up's value, and the planner input each one sets
@@ -114,7 +118,7 @@ def validate(profile, path):
     errors += ["%s: the required key %r is missing; add it (see docs/profiles.md)" % (path, key)
                for key in REQUIRED if key not in profile]
     for section, keys in (("model", MODEL_KEYS), ("parallel", PARALLEL_KEYS), ("vllm", VLLM_KEYS), ("ray", RAY_KEYS),
-                          ("memory", MEMORY_KEYS), ("container", CONTAINER_KEYS), ("canary", CANARY_KEYS)):
+                          ("memory", MEMORY_KEYS), ("container", CONTAINER_KEYS), ("canary", CANARY_KEYS), ("bench", BENCH_KEYS)):
         if isinstance(profile.get(section), dict):
             errors += _check(profile[section], keys, "%s: %s" % (path, section))
     model = profile.get("model") or {}

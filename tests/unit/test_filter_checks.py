@@ -11,7 +11,7 @@ def test_every_filter_is_registered():
                                                     "perftest_argv", "perftest_verdict", "recover_decision", "recover_refusal",
                                                     "last_known_good", "deployment_vars", "canary_keep", "canary_verdict",
                                                     "deployment_restore", "deployment_change", "kept_images_to_remove",
-                                                    "upgrade_failure_line", "upgrade_report"}
+                                                    "upgrade_failure_line", "upgrade_report", "bench_sweep", "bench_argv", "bench_rows"}
 
 
 def test_started_env_reads_what_docker_container_returned_and_skips_kept_ones():

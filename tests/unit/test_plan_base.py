@@ -35,7 +35,7 @@ def test_names_reports_and_mounts():
     assert plan_base.container_name(settings, "ray", "spark1") == "lab-ray-spark1"
     assert plan_base.reports(settings) == {"plan": "/inv/.artifacts/plan.json", "summary": "/inv/.artifacts/summary.json",
                                            "last_known_good": "/inv/.artifacts/last-known-good.json",
-                                           "canary": "/inv/.artifacts/canary-reference.json",
+                                           "canary": "/inv/.artifacts/canary-reference.json", "bench": "/inv/.artifacts/bench",
                                            "logs": "/inv/.artifacts/logs"}
     assert plan_base.reports(plan_base.normalize_settings({}))["plan"] is None
     assert plan_base.mounts() == {"state": "/dgx-spark", "models": "/models"}
