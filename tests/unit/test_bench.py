@@ -93,3 +93,16 @@ def test_a_figure_worse_than_the_previous_runs_beyond_the_share_is_flagged():
     assert "REGRESSION beyond 10%:" in text and "- c1 in64 out16: output_tokens_per_s 100.0 -> 85.0 (-15%)" in text
     assert "decode bound (one stream): 97.1 tokens/s (2 x 273 GB/s" in text
     assert "No previous run of this profile" in bench.summary(new, None, meta, None, [], 0.10)
+
+
+def test_the_report_compares_with_the_newest_earlier_run_of_the_same_profile(tmp_path):
+    from ansible_collections.dgx_spark.vllm.plugins.action import bench_report
+
+    for stamp, profile in (("20261120T100000Z", "p"), ("20261122T100000Z", "p"), ("20261123T100000Z", "other")):
+        (tmp_path / stamp).mkdir()
+        (tmp_path / stamp / "bench.json").write_text(json.dumps({"meta": {"profile": profile, "taken_at": stamp}, "rows": []}))
+    (tmp_path / "20261124T100000Z").mkdir()  # this run's own folder is never its previous run
+    (tmp_path / "20261124T100000Z" / "bench.json").write_text(json.dumps({"meta": {"profile": "p", "taken_at": "20261124T100000Z"}}))
+    found = bench_report.previous_run(str(tmp_path), str(tmp_path / "20261124T100000Z"), "p")
+    assert found["meta"]["taken_at"] == "20261122T100000Z"
+    assert bench_report.previous_run(str(tmp_path), str(tmp_path / "x"), "none") is None
