@@ -139,9 +139,8 @@ def upgrade_report(recorded, planned, changed, failed, rollback_failed, began, e
             return dict(report, outcome="unchanged", message="Nothing to upgrade: the plan is the last-known-good deployment %s, "
                         "and it answered" % named(recorded))
         return dict(report, outcome="upgraded", message="Upgraded to %s in %.0f s (%s); the endpoint, the smoke tests and the "
-                    "canary passed. It is now the last-known-good deployment; the image before it stays on every node as %s while "
-                    "vllm_images_kept allows" % (named(planned), ended - began, "; ".join(changed),
-                                                 recorded.get("kept_image") or recorded.get("image")))
+                    "canary passed. It is now the last-known-good deployment; last-known-good.json lists the images kept on every "
+                    "node for a way back (vllm_images_kept)" % (named(planned), ended - began, "; ".join(changed)))
     why = "; ".join(failure_line(f) for f in failed)
     if rollback_failed is None:
         return dict(report, outcome="rollback_failed", message="The upgrade to %s failed (%s), and no rollback ran" % (named(planned), why))

@@ -642,7 +642,9 @@ def remove_from_nodes(tag):
 
 
 def kept_tags(node):
-    return sorted(t for i in node_docker(node).images.list("dgx-spark-vllm-kept") for t in i.tags)
+    """This node's kept tags (an image listed under the kept repository carries its other tags too)."""
+    return sorted(t for i in node_docker(node).images.list("dgx-spark-vllm-kept") for t in i.tags
+                  if t.startswith("dgx-spark-vllm-kept:"))
 
 
 def test_an_upgrade_that_fails_rolls_back_to_the_last_known_good_and_serves(client):
