@@ -20,8 +20,10 @@ profile's write-up are drawn beside it. Pure; the bench role runs the points and
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
+import json
 
 GB10_BANDWIDTH_BYTES_S = 273e9  # LPDDR5x bandwidth of one DGX Spark (NVIDIA's GB10 specification)
 DEFAULTS = {
@@ -155,9 +157,6 @@ def sweep(bench_target, given, stamp, reports_dir):
 def rows(points_run, results, runs, deployment):
     """One row per point: from its result file (``results``: each a {"content": base64} as slurp returns it, or a
     failure), else a failed row saying why (``runs``: each point's command result)."""
-    import base64  # pylint: disable=import-outside-toplevel
-    import json  # pylint: disable=import-outside-toplevel
-
     made = []
     for point, result, run in zip(points_run, results, runs):
         try:
