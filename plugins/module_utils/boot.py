@@ -25,6 +25,9 @@ status file, which status.yml shows. A worker that reboots kills the head's vLLM
 supervisor starts vLLM again once the worker has joined. Playbooks that change the cluster hold the supervisor
 (``hold`` file) while they work, so it never fights them; teardown removes it.
 
+With monitoring on (module_utils/monitoring.py), the supervisor also serves the node's unified-memory figures and its
+own state on the node's fabric address, for the head's Prometheus: it runs on every node already, at boot too.
+
 ``round`` decides one look from what ``Ops`` reads; ``main`` runs it on the node (stdlib only, with the modules of
 this collection it imports copied beside it by the vllm_boot module).
 """
@@ -37,17 +40,20 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import canary
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import endpoint
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import monitoring
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import unified_memory
 
 UNIT_DIR = "/etc/systemd/system"
-LIB_MODULES = ("boot", "canary", "endpoint", "errors", "process_group", "ray_state", "unified_memory")  # what the node's copy needs
+LIB_MODULES = ("boot", "canary", "endpoint", "errors", "monitoring", "process_group", "ray_state", "unified_memory")  # what the node's copy needs
 PACKAGE = "ansible_collections.dgx_spark.vllm.plugins.module_utils"
 INTERVAL = 5            # seconds between looks
 EVENTS_KEPT = 30
@@ -145,9 +151,18 @@ def plan(settings, backend, node, entry, cluster, firewall_unit=None):
               "config_hash": (entry.get("serve") or {}).get("config_hash") or entry["config_hash"], "interval": INTERVAL,
               "status": where["status"], "hold": where["hold"],
               "memory": memory_need(cluster.get("memory"), node, settings),
+              "metrics": metrics_config((cluster.get("monitoring") or {}), settings["cluster_name"], node, entry["fabric_ip"])
+              if settings["boot_start"] else None,
               "steps": steps(backend, entry["is_head"], cluster, entry["containers"], entry.get("serve"), entry["paths"])}
     return {"enabled": bool(settings["boot_start"]), "unit_name": unit_name(settings["cluster_name"]), "paths": where,
             "unit": unit(settings["cluster_name"], where, firewall_unit), "config": config}
+
+
+def metrics_config(watched, cluster, node, address):
+    """Where this node serves its figures for the head's Prometheus, or None with monitoring off."""
+    if not watched.get("enabled"):
+        return None
+    return {"address": address, "port": watched["node_port"], "labels": {"cluster": cluster, "node": node}}
 
 
 def installed(state_dir, cluster):
@@ -218,6 +233,60 @@ class Ops:
 
     def now(self):
         return time.time()
+
+    def memory(self):
+        """The unified_memory fact of this node: its /proc/meminfo and nvidia-smi's compute apps."""
+        rc, out, dummy = self.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                                   "--format=csv,noheader,nounits"], timeout=20)
+        apps = unified_memory.parse_compute_apps(out) if rc == 0 else []
+        return unified_memory.summarize(unified_memory.parse_meminfo(self.read("/proc/meminfo")), compute_apps=apps)
+
+
+def metrics_text(config, ops, shared):
+    """What the node's /metrics answers: its figures now, and the supervisor's last state."""
+    try:
+        fact = ops.memory()
+    except (OSError, ValueError, KeyError):
+        fact = {}
+    return monitoring.node_metrics(fact, shared.get("state"), config["metrics"]["labels"])
+
+
+def serve_metrics(config, ops, shared, server=None):
+    """Serve /metrics where the plan says (a thread of the supervisor); moved when the plan moves it, stopped when the
+    plan turns monitoring off. Returns the server now running, or None."""
+    wanted = config.get("metrics")
+    where = (wanted["address"], wanted["port"]) if wanted else None
+    if server is not None and server.server_address[:2] == where:
+        return server
+    if server is not None:
+        server.shutdown()
+        server.server_close()
+    if where is None:
+        return None
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            body = metrics_text(config, ops, shared).encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # the supervisor's status file is its log
+            pass
+
+    try:
+        server = ThreadingHTTPServer(where, Handler)
+    except OSError as exc:
+        shared["metrics_error"] = "cannot serve /metrics on %s:%d: %s" % (where[0], where[1], exc)
+        return None
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
 
 
 def memory_problem(need, ops):
@@ -451,7 +520,7 @@ def main(argv=None, ops=None, sleep=time.sleep, rounds=None):
     """Run the supervisor of the plan file ``argv[0]`` until the file is gone (teardown)."""
     config_path = (argv or sys.argv[1:])[0]
     ops = ops or Ops()
-    memo, status = {}, None
+    memo, status, shared, server = {}, None, {}, None
     while rounds is None or rounds > 0:
         rounds = None if rounds is None else rounds - 1
         try:
@@ -464,7 +533,13 @@ def main(argv=None, ops=None, sleep=time.sleep, rounds=None):
             except (OSError, ValueError, AttributeError):
                 events = []
             status = {"events": events + [{"at": ops.now(), "what": "supervisor started"}], "started": ops.now()}
+        server = serve_metrics(config, ops, shared, server)
         state, detail, did = look(config, ops, memo)
+        shared["state"] = state
+        problem = shared.pop("metrics_error", None)
+        if problem and problem != memo.get("metrics_said"):  # a port taken: said once, tried again every look
+            did = "; ".join(filter(None, [did, problem]))
+        memo["metrics_said"] = problem
         status = record(status, state, detail, did, ops.now(), os.getpid())
         write_status(config["status"], status)
         sleep(config.get("interval", INTERVAL))

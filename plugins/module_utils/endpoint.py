@@ -113,3 +113,36 @@ def first_token(lines):
 
 def served_names(models_response):
     return [m.get("id") for m in (models_response or {}).get("data") or []]
+
+
+def metric_sums(text):
+    """{name: sum over its series} of Prometheus's text format (vLLM's /metrics), for the names :func:`live` reads."""
+    sums = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in LIVE_METRICS:
+            try:
+                sums[name] = sums.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+    return sums
+
+
+LIVE_METRICS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:kv_cache_usage_perc",
+                "vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def live(before, after, seconds):
+    """What the endpoint does now, from two reads of /metrics ``seconds`` apart: tokens/s, KV cache use, requests.
+    None where vLLM does not export the metric."""
+    def rate(name):
+        if name not in before or name not in after or seconds <= 0:
+            return None
+        return round(max(0.0, after[name] - before[name]) / seconds, 1)
+
+    return {"seconds": seconds, "output_tokens_per_second": rate("vllm:generation_tokens_total"),
+            "prompt_tokens_per_second": rate("vllm:prompt_tokens_total"),
+            "kv_cache_usage": after.get("vllm:kv_cache_usage_perc"),
+            "running": after.get("vllm:num_requests_running"), "waiting": after.get("vllm:num_requests_waiting")}

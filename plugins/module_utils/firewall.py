@@ -122,6 +122,9 @@ def plan(settings, backend, addresses, paths):
     """What the planner gives the fabric role on a node: the table, its script and the unit, at the node's paths."""
     cluster = settings["cluster_name"]
     ports = guarded_ports(backend, settings["ray_port"], settings["master_port"])
+    watched = settings.get("monitoring") or {}
+    if watched.get("enabled") and settings.get("boot_start", True):  # each node's figures, for the head's Prometheus only
+        ports.append(str(watched["node_port"]))
     return {"table": table_name(cluster), "ports": ports, "addresses": sorted(addresses),
             "files": [{"path": paths["firewall_rules"], "content": ruleset(cluster, addresses, ports), "mode": "0644"},
                       {"path": paths["firewall_unit"], "content": unit(cluster, paths["firewall_rules"]), "mode": "0644"}],

@@ -61,6 +61,7 @@ DEFAULT_SETTINGS = {
     "firewall": True,                   # Ray's ports answer only the cluster's nodes (module_utils/firewall.py)
     "boot_start": True,                 # each node's supervisor brings the model back after a boot (module_utils/boot.py)
     "images_kept": 2,                   # verified images kept on every node: the serving one and the one before it
+    "monitoring": None,                 # Prometheus on the head and each node's figures (module_utils/monitoring.py)
 }
 INTEGERS = ("port", "ray_port", "master_port", "gpus_per_node", "rsync_port", "images_kept")
 BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned",

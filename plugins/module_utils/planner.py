@@ -24,6 +24,7 @@ import hashlib
 import json
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import bench
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import monitoring
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import canary
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import deployments
@@ -101,6 +102,12 @@ def make_plan(inputs, stage="full"):
     inputs = copy.deepcopy(inputs)
     settings = inputs["settings"] = normalize_settings(inputs.get("settings"))
     findings = Findings()
+    settings["monitoring"], wrong = monitoring.settings(settings.get("monitoring"))
+    for message in wrong:
+        findings.error("all", None, message)
+    if settings["monitoring"]["enabled"] and not settings["boot_start"]:
+        findings.warn("vllm_monitoring: each node's figures are served by its supervisor, which vllm_boot_start: false "
+                      "turns off; Prometheus scrapes vLLM only")
     check_inventory(inputs, findings)
     check_model(inputs, findings)
     inputs["ring"] = ring_plan(inputs, findings)
@@ -150,6 +157,12 @@ def make_plan(inputs, stage="full"):
                                {n: result["nodes"][n]["config_hash"] for n in order}, common)
     cluster["canary"] = {"settings": canary.settings(profile), "basis": canary.basis({"cluster": cluster, "model": result["model"]})}
     cluster["bench"] = bench.target(cluster, result["nodes"][head], profile, max_len, STATE_MOUNT, commands.API_KEY_FILE)
+    cluster["monitoring"] = monitoring.plan(
+        settings["monitoring"], settings["cluster_name"], result["nodes"][head],
+        cluster["endpoint"]["local_address"],
+        [(n, result["nodes"][n]["fabric_ip"]) for n in order if settings["boot_start"]],
+        (cluster["memory"] or {}).get("headroom_floor_bytes") or 0,
+        int(float(settings["unaccounted_limit_gib"]) * 1024 ** 3), commands.labels(settings, head, "prometheus"))
     for name in order:  # the supervisor that brings each node back after a boot: the hashes and memory are final now
         result["nodes"][name]["boot"] = boot.plan(settings, inputs["backend"], name, result["nodes"][name], cluster,
                                                   firewall.unit_name(settings["cluster_name"]) if settings["firewall"] else None)
@@ -182,6 +195,7 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
     profile = inputs["profile"]
     url = endpoint_url(settings, inputs["endpoint"]["advertised"])
     bind = inputs["endpoint"]["bind"]
+    local = "%s:%d" % ("127.0.0.1" if bind in (None, "0.0.0.0") else bind, settings["port"])  # the head reaches vLLM there
     revision = result["model"]["revision"]
     return {
         "name": settings["cluster_name"], "image": settings["image"], "image_id": image.get("id"), "vllm_version": image.get("version"),
@@ -199,7 +213,8 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
         "artifacts_dir": settings["artifacts_dir"], "reports": reports(settings), "mounts": mounts(), "image_build": settings["image_build"],
         "endpoint": {"url": url, "port": settings["port"], "health_url": url + "/health", "models_url": url + "/v1/models",
                      "bind_address": bind,
-                     "local_health_url": "http://%s:%d/health" % ("127.0.0.1" if bind in (None, "0.0.0.0") else bind, settings["port"]),
+                     "local_address": local,
+                     "local_health_url": "http://%s/health" % local,
                      "served_model_name": profile["model"].get("served_name") or profile["model"]["id"],
                      "api_key_env": "VLLM_API_KEY", "api_key_file": settings["api_key_file"]},
         "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name"), "revision": revision,

@@ -46,12 +46,25 @@ def report(nodes, ray=None, endpoint=None):
     endpoint = endpoint or {}
     if endpoint.get("ready"):
         lines.append("Endpoint: serving %s (first token in %ss)" % (", ".join(endpoint.get("models") or []), endpoint.get("first_token_seconds")))
+        if endpoint.get("live"):
+            lines.append(live_line(endpoint["live"]))
     else:
         lines.append("Endpoint: NOT serving (%s)" % "; ".join(endpoint.get("errors") or ["no answer"]))
     healthy = not bad and bool(endpoint.get("ready")) and not (ray and not state) and not state.get("missing_ips")
     lines.append("Healthy" if healthy else "NOT healthy: run playbooks/serve.yml to restore service%s" % (
         (" (" + ", ".join(bad) + ")") if bad else ""))
     return {"healthy": healthy, "lines": lines, "unhealthy_nodes": bad}
+
+
+def live_line(live):
+    """What the endpoint does now (vllm_endpoint_info's ``live``, from two reads of /metrics)."""
+    def shown(value, form):
+        return "n/a" if value is None else form % value
+
+    return "Now (over %ss): %s output tokens/s, %s prompt tokens/s; KV cache %s used; %s running, %s queued" % (
+        live["seconds"], shown(live["output_tokens_per_second"], "%.1f"), shown(live["prompt_tokens_per_second"], "%.1f"),
+        shown(None if live["kv_cache_usage"] is None else live["kv_cache_usage"] * 100, "%.1f%%"),
+        shown(live["running"], "%d"), shown(live["waiting"], "%d"))
 
 
 def node(entry):

@@ -139,6 +139,11 @@ ray:
       description: What is not met yet.
       type: list
       elements: str
+progress:
+  description: On a wait not yet met, how many nodes and GPUs have joined (what a loop of short calls shows).
+  returned: on a failed wait
+  type: str
+  sample: 1 of 2 nodes joined Ray, 1 of 2 GPUs
 waited:
   description: Seconds spent waiting.
   returned: always
@@ -150,6 +155,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.progress import joined
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.ray_state import (
     RayStateError,
     evaluate,
@@ -222,7 +228,9 @@ def main():
         if state["missing_ips"]:
             msg += ". Check that Ray runs on %s, that each node's --node-ip-address and VLLM_HOST_IP are its fabric IP, " \
                    "and that the head's port 6379 is reachable from it" % ", ".join(state["missing_ips"])
-        module.fail_json(msg=msg, ray=state, waited=waited)
+        module.fail_json(msg=msg, ray=state, waited=waited,
+                         progress=joined(state["alive_count"], params["expected_nodes"] or state["alive_count"], state["gpu_total"],
+                                         params["expected_gpus"] or state["gpu_total"]))
     module.exit_json(changed=False, ray=state, waited=waited)
 
 

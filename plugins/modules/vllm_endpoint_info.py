@@ -56,6 +56,12 @@ options:
         tokens returned as IDs; RV(endpoint.canary) holds the answers. The serve role compares them with the reference
         (module_utils/canary.py).
     type: dict
+  metrics_seconds:
+    description:
+      - With a value above 0, read vLLM's C(/metrics) twice this many seconds apart once the endpoint is ready, and
+        return what it does now in RV(endpoint.live) (status.yml shows it). 0 does not read it.
+    type: int
+    default: 0
   request_timeout:
     description: Seconds one request may take.
     type: int
@@ -114,6 +120,12 @@ endpoint:
       description: With O(canary), one entry per prompt with C(prompt), C(tokens) (IDs) and C(text).
       type: list
       elements: dict
+    live:
+      description:
+        - With O(metrics_seconds), what the endpoint does now, None where vLLM lacks the metric; None when not read.
+        - C(output_tokens_per_second), C(prompt_tokens_per_second), C(kv_cache_usage) (a fraction), C(running),
+          C(waiting), C(seconds).
+      type: dict
     errors:
       description: What failed.
       type: list
@@ -246,6 +258,19 @@ def ask_canary(module, client, result):
         result["canary"].append({"prompt": prompt, "tokens": tokens, "text": response["choices"][0].get("text") or ""})
 
 
+def read_live(module, client, result):
+    """Two reads of /metrics, metrics_seconds apart (not the model's answers: counters only)."""
+    seconds = module.params["metrics_seconds"]
+    try:
+        before = ep.metric_sums(client.get("/metrics")[1].decode("utf-8", "replace"))
+        time.sleep(seconds)
+        after = ep.metric_sums(client.get("/metrics")[1].decode("utf-8", "replace"))
+    except Exception as exc:  # noqa: BLE001 (any failure of the read is reported, the status goes on)
+        module.warn("could not read %s/metrics: %s" % (client.base, exc))
+        return
+    result["live"] = ep.live(before, after, seconds)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -256,6 +281,7 @@ def main():
             stream=dict(type="bool", default=True),
             smoke_tests=dict(type="list", elements="dict", default=[]),
             canary=dict(type="dict"),
+            metrics_seconds=dict(type="int", default=0),
             request_timeout=dict(type="int", default=120),
             fail_on_error=dict(type="bool", default=True),
         ),
@@ -263,13 +289,15 @@ def main():
     )
     client = Client(module)
     result = {"ready": False, "stage": None, "models": [], "seconds_to_ready": None, "first_token_seconds": None,
-              "first_token": None, "smoke": [], "errors": []}
+              "first_token": None, "smoke": [], "live": None, "errors": []}
     if wait_ready(module, client, result):
         result["ready"] = check_stream(module, client, result) if module.params["stream"] else True
         if result["ready"]:
             run_smoke(module, client, result)
         if result["ready"] and module.params["canary"]:
             ask_canary(module, client, result)
+        if result["ready"] and module.params["metrics_seconds"] > 0:
+            read_live(module, client, result)
     result["model"] = module.params["model"]
     if result["errors"] and module.params["fail_on_error"]:
         module.fail_json(msg="; ".join(result["errors"]), endpoint=result)

@@ -72,8 +72,8 @@ options:
   wait:
     description:
       - With O(state=probed) and O(health_url), wait up to this many seconds for O(health_url) to answer 200 (asked every
-        second), and stop waiting as soon as the process group dies (looked at every 5 s). One call instead of a loop of
-        tasks, each of which would start a Python on the node while vLLM loads there.
+        second), and stop waiting as soon as the process group dies (looked at every 5 s).
+      - A loop of short calls (C(until), a few seconds each) shows how far the load is between them, from RV(progress).
     type: int
     default: 0
   log_lines:
@@ -116,6 +116,11 @@ healthy:
   description: True when O(health_url) answered 200.
   returned: when O(health_url) is set
   type: bool
+progress:
+  description: With O(state=probed), while vLLM runs and O(health_url) does not answer yet, how far its load is, from its log.
+  returned: when vLLM loads
+  type: str
+  sample: "loading the weights: 3 of 7 shards (42%)"
 log_tail:
   description: The end of the log when the process is not running (why it died).
   returned: when the process is not running
@@ -129,8 +134,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.progress import load_progress
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
 
+LOAD_LINES = 400  # of vLLM's log read for RV(progress): its load's lines are among the last ones while it loads
 ALIVE_EVERY = 5  # seconds between liveness looks while waiting: each is a docker exec on a node that is loading a model
 
 
@@ -143,9 +150,9 @@ class Process:
         self.container = module.params["container"]
         self.state_file = module.params["state_file"]
 
-    def tail(self):
+    def tail(self, lines=None):
         rc, out, err = run(self.module, pg.exec_argv(self.docker, self.container,
-                                                     ["tail", "-n", str(self.module.params["log_lines"]), self.module.params["log_file"]]))
+                                                     ["tail", "-n", str(lines or self.module.params["log_lines"]), self.module.params["log_file"]]))
         return out.splitlines() if rc == 0 else [(err or out).strip()]
 
     def healthy(self, url):
@@ -245,6 +252,8 @@ def finish(module, proc, result, running):
         result["healthy"] = running and proc.healthy(module.params["health_url"])
     if not running and module.params["state"] != "stopped":
         result["log_tail"] = proc.tail()
+    elif module.params["state"] == "probed" and module.params["health_url"] and not result["healthy"]:
+        result["progress"] = load_progress(proc.tail(LOAD_LINES)) or "vLLM runs; its log says nothing of its load yet"
     module.exit_json(**result)
 
 

@@ -7,11 +7,13 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import docker
 import pytest
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import monitoring
 from load import Load
 from runner import ROOT, environment, node_docker, recap, record, run
 
@@ -181,6 +183,75 @@ def test_ray_ports_answer_only_the_clusters_nodes_and_the_endpoint_only_with_its
     assert (models_status(), models_status("not-the-key"), models_status(api_key())) == (401, 401, 200)
     tables = node_docker_exec("sim-head", ["nft", "list", "tables"]).splitlines()
     assert tables.count("table inet dgx_spark_vllm_dgx_spark") == 1  # the collection's own, once (Docker's are left alone)
+
+
+def prometheus(path):
+    """The head's Prometheus API (it listens on the head's loopback only): the answer's data."""
+    code = "import sys,urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9090' + sys.argv[1], timeout=10).read().decode())"
+    answer = json.loads(node_docker_exec("sim-head", ["python3", "-c", code, path]))
+    assert answer["status"] == "success", answer
+    return answer["data"]
+
+
+def query(expr, at=None):
+    return prometheus("/api/v1/query?" + urllib.parse.urlencode(dict({"query": expr}, **({"time": at} if at else {}))))["result"]
+
+
+def alert_state(name):
+    return {a["state"] for a in prometheus("/api/v1/alerts")["alerts"] if a["labels"]["alertname"] == name}
+
+
+def test_prometheus_scrapes_vllm_and_every_node_and_every_panel_query_evaluates(client):
+    """serve.yml ran Prometheus on the head (vllm_monitoring in the sim's inventory): vLLM's endpoint and each node's
+    figures are up, vLLM's series are there after a completion, the node figures are the unified memory's, every
+    dashboard panel's query evaluates, and one panel is drawn from Prometheus's answer (tests/output)."""
+    targets = prometheus("/api/v1/targets?state=active")["activeTargets"]
+    assert sorted((t["labels"]["job"], t["labels"].get("node"), t["health"]) for t in targets) == [
+        ("spark-nodes", "sim-head", "up"), ("spark-nodes", "sim-worker1", "up"), ("vllm", None, "up")], targets
+    urls = {"http://10.209.0.10:8000/metrics", "http://10.210.0.10:9101/metrics", "http://10.210.0.11:9101/metrics"}
+    assert {t["scrapeUrl"] for t in targets} == urls
+    assert connect("10.210.0.11", 9101) == "refused"  # a node's figures answer the cluster's nodes only
+    assert connect("10.209.0.10", 9090) == "refused"  # Prometheus listens on the head's loopback
+    started = time.time()
+    assert chat() == 200
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not query("vllm:generation_tokens_total > 0"):
+        time.sleep(1)
+    assert query("vllm:generation_tokens_total > 0"), "no vllm: series after a completion"
+    memory = {r["metric"]["node"]: float(r["value"][1]) for r in query("dgx_spark_memory_total_bytes")}
+    assert memory == {"sim-head": 130665259008.0, "sim-worker1": 130665259008.0}  # the GB10's MemTotal, not this machine's
+    ranks = {r["metric"]["node"]: float(r["value"][1]) for r in query("dgx_spark_vllm_ranks")}
+    assert ranks == {"sim-head": 1.0, "sim-worker1": 1.0}  # each node's rank, from its nvidia-smi
+    rules = {r["name"]: r for g in prometheus("/api/v1/rules")["groups"] for r in g["rules"]}
+    assert set(rules) >= {"VllmEndpointDown", "VllmKvCacheFull", "SparkMemAvailableLow", "SparkPinnedMemory"}
+    assert all(r["health"] == "ok" and r["state"] == "inactive" for r in rules.values()), rules
+    for title, unit, queries in monitoring.PANELS:
+        for expr, legend in queries:
+            prometheus("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))  # a query Prometheus refuses fails here
+    expr = monitoring.PANELS[0][2][0][0]
+    series = prometheus("/api/v1/query_range?" + urllib.parse.urlencode(
+        {"query": expr, "start": started - 60, "end": time.time(), "step": 5}))["result"]
+    assert series, expr
+    draw_panel(monitoring.PANELS[0][0], expr, series)
+
+
+def draw_panel(title, expr, series):
+    """One dashboard panel drawn from Prometheus's answer, where no Grafana runs (tests/output/monitoring-panel.png)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(8, 3.5))
+    for one in series:
+        start = float(one["values"][0][0])
+        axes.plot([float(t) - start for t, dummy in one["values"]], [float(v) for dummy, v in one["values"]], label="generated")
+    axes.set(title="%s (Prometheus on the simulated head)" % title, xlabel="seconds", ylabel="tokens/s")
+    axes.text(0.01, 0.95, expr, transform=axes.transAxes, fontsize=7, va="top", family="monospace")
+    axes.legend(loc="upper right")
+    figure.tight_layout()
+    os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
+    figure.savefig(os.path.join(ROOT, "tests", "output", "monitoring-panel.png"), dpi=100)
+    pyplot.close(figure)
 
 
 def test_changed_profile_restarts_only_what_its_hash_touches(client):
@@ -454,6 +525,10 @@ def test_a_killed_rank_comes_back_by_itself_or_by_recover(client):
     kill_rank = ["docker", "exec", WORKER_RAY, "pkill", "-9", "-f", "^ray::RayWorker"]
     started = time.monotonic()
     node_docker_exec("sim-worker1", kill_rank)
+    deadline = time.monotonic() + 60  # the sim's Prometheus scrapes every 5 s; the alert fires after 10 s down
+    while time.monotonic() < deadline and "firing" not in alert_state("VllmEndpointDown"):
+        time.sleep(2)
+    assert "firing" in alert_state("VllmEndpointDown"), "the endpoint is down and its alert did not fire"
     assert answered_again(300)
     record("fault", "a rank's process killed (kill -9 of the worker's RayWorker)",
            "vLLM ends; the head's supervisor starts it again once every node is joined; no Ansible", time.monotonic() - started)

@@ -41,3 +41,20 @@ def test_first_streamed_token():
     lines = ['data: {"choices":[{"delta":{"role":"assistant","content":""}}]}', "",
              'data: {"choices":[{"delta":{"content":" run"}}]}', "data: [DONE]"]
     assert endpoint.first_token(lines) == (" run", 2)
+
+
+def test_live_figures_from_two_reads_of_vllms_metrics():
+    """Captured /metrics of vLLM 0.32 (the simulation's image) after a few completions; the second read is the same
+    text with the counters moved as 20 more tokens would move them."""
+    from helpers import read_fixture
+
+    text = read_fixture("metrics", "vllm-0.32-cpu-sim-tiny.txt")
+    before = endpoint.metric_sums(text)
+    assert before["vllm:generation_tokens_total"] > 0 and before["vllm:kv_cache_usage_perc"] == 0.0
+    assert "vllm:num_requests_waiting_by_reason" not in before  # a name that begins like one read is not it
+    after = dict(before, **{"vllm:generation_tokens_total": before["vllm:generation_tokens_total"] + 20,
+                            "vllm:kv_cache_usage_perc": 0.25, "vllm:num_requests_running": 2.0})
+    live = endpoint.live(before, after, 2)
+    assert live == {"seconds": 2, "output_tokens_per_second": 10.0, "prompt_tokens_per_second": 0.0, "kv_cache_usage": 0.25,
+                    "running": 2.0, "waiting": 0.0}
+    assert endpoint.live({}, after, 2)["output_tokens_per_second"] is None  # not exported: not made up

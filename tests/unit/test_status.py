@@ -21,3 +21,11 @@ def test_status_healthy():
     nodes = {"a": {"fabric_ip": "1", "containers": [ps_row("x", "running", "Up")]}}
     report = status.report(nodes, {"ray": {"alive_ips": ["1"], "alive_count": 1, "gpu_total": 1}}, {"ready": True, "models": ["m"]})
     assert report["healthy"] and report["lines"][-1] == "Healthy"
+
+
+def test_status_shows_what_the_endpoint_does_now():
+    live = {"seconds": 2, "output_tokens_per_second": 10.0, "prompt_tokens_per_second": None, "kv_cache_usage": 0.253,
+            "running": 2.0, "waiting": 1.0}
+    out = status.report({"spark1": {"fabric_ip": "192.168.100.10", "containers": [
+        {"Names": "c", "State": "running", "Status": "Up"}]}}, None, {"ready": True, "models": ["m"], "live": live})
+    assert "Now (over 2s): 10.0 output tokens/s, n/a prompt tokens/s; KV cache 25.3% used; 2 running, 1 queued" in out["lines"]
