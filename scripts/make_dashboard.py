@@ -16,7 +16,7 @@ from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "roles", "monitoring", "files", "grafana", "dashboards", "dgx-spark-vllm.json")
-DATASOURCE_UID = "dgx-spark-vllm-prometheus"  # the provisioned datasource's uid (files/grafana/provisioning)
+DATASOURCE_UID = "dgx-spark-prometheus"  # the provisioned datasource's uid (files/grafana/provisioning)
 
 
 def monitoring_module():

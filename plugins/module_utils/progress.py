@@ -72,5 +72,7 @@ def joined(alive, expected, gpus, expected_gpus):
 def waiting_line(task, host, answer):
     """The callback's line for one poll of ``task`` on ``host``: what the look's ``progress`` says, and the time."""
     attempts, retries = answer.get("attempts") or 0, answer.get("retries") or 0
-    said = answer.get("progress") or answer.get("msg") or "not yet"
+    # A failed look's message says why (Ray's "not ready: 1 of 2 nodes alive"); a look that answered but did not meet the
+    # condition says nothing more than its module's "OK".
+    said = answer.get("progress") or (answer.get("msg") if answer.get("failed") else None) or "not yet"
     return "... waiting [%s] %s - %s (look %d of at most %d)" % (host, task, " ".join(str(said).split()), attempts, retries)

@@ -32,8 +32,8 @@ def awx_environment(private_data_dir):
             "ANSIBLE_CONFIG": ""}
 
 
-def awx_job(base, name, playbook, extravars):
-    """One job: a fresh private data directory, as AWX makes for every job."""
+def awx_job_dir(base, name):
+    """A job's private data directory, as AWX makes one for every job: the project, the inventory script, the key."""
     private = base / name
     shutil.copytree(ROOT, private / "project", symlinks=True, ignore=shutil.ignore_patterns(
         ".git", ".venv", ".cache", ".pytest_cache", "__pycache__", "tests", "build", ".secrets", ".artifacts"))
@@ -48,6 +48,12 @@ def awx_job(base, name, playbook, extravars):
     (private / "env").mkdir()
     shutil.copy(os.path.join(ROOT, "inventories", "sim", ".secrets", "sim_ssh_ed25519"), private / "env" / "ssh_key")
     (private / "env" / "ssh_key").chmod(0o600)
+    return private, script
+
+
+def awx_job(base, name, playbook, extravars):
+    """One job: a fresh private data directory, as AWX makes for every job."""
+    private, script = awx_job_dir(base, name)
     env = awx_environment(str(private))
     del env["ANSIBLE_CONFIG"]  # AWX runs in the project folder: the project's ansible.cfg applies, its collections_path not
     result = ansible_runner.run(private_data_dir=str(private), playbook=playbook, inventory=str(script),

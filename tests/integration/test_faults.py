@@ -228,10 +228,14 @@ def test_prometheus_scrapes_vllm_and_every_node_and_every_panel_query_evaluates(
     for title, unit, queries in monitoring.PANELS:
         for expr, legend in queries:
             prometheus("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))  # a query Prometheus refuses fails here
-    expr = monitoring.PANELS[0][2][0][0]
+    expr = monitoring.PANELS[0][2][0][0]  # a rate: it needs two scrapes (5 s apart here) that saw tokens come
+    deadline, drawn = time.monotonic() + 60, time.monotonic() + 25  # 25 s of completions: five points to draw
+    while time.monotonic() < deadline and (time.monotonic() < drawn or not query(expr + " > 0")):
+        assert chat() == 200
+        time.sleep(1)
     series = prometheus("/api/v1/query_range?" + urllib.parse.urlencode(
         {"query": expr, "start": started - 60, "end": time.time(), "step": 5}))["result"]
-    assert series, expr
+    assert series and max(float(v) for dummy, v in series[0]["values"]) > 0, (expr, series)
     draw_panel(monitoring.PANELS[0][0], expr, series)
 
 
@@ -244,8 +248,8 @@ def draw_panel(title, expr, series):
     figure, axes = pyplot.subplots(figsize=(8, 3.5))
     for one in series:
         start = float(one["values"][0][0])
-        axes.plot([float(t) - start for t, dummy in one["values"]], [float(v) for dummy, v in one["values"]], label="generated")
-    axes.set(title="%s (Prometheus on the simulated head)" % title, xlabel="seconds", ylabel="tokens/s")
+        axes.plot([float(t) - start for t, dummy in one["values"]], [float(v) for dummy, v in one["values"]], "o-", label="generated")
+    axes.set(title="%s (Prometheus on the simulated head)" % title, xlabel="seconds", ylabel="tokens/s", ylim=(0, None))
     axes.text(0.01, 0.95, expr, transform=axes.transAxes, fontsize=7, va="top", family="monospace")
     axes.legend(loc="upper right")
     figure.tight_layout()

@@ -43,4 +43,6 @@ def test_the_waiting_line_says_what_it_waits_for_and_never_failed():
                                                              "progress": "loading the weights: 3 of 7 shards (43%)"})
     assert line == "... waiting [spark1] Wait for vLLM - loading the weights: 3 of 7 shards (43%) (look 3 of at most 180)"
     assert "FAILED" not in line.upper()
-    assert "not yet" in progress.waiting_line("t", "h", {"attempts": 1, "retries": 2})
+    assert "not yet" in progress.waiting_line("t", "h", {"attempts": 1, "retries": 2, "msg": "OK (68 bytes)"})
+    assert "- not ready: 1 of 2 nodes alive (look" in progress.waiting_line(
+        "t", "h", {"attempts": 1, "retries": 2, "failed": True, "msg": "not ready: 1 of 2 nodes alive"})

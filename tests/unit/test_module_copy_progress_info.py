@@ -1,0 +1,35 @@
+"""copy_progress_info: one look at an async copy (the job file async_wrapper writes, dd's byte count or the file
+rsync --append grows), run as Ansible runs it on a node."""
+
+import json
+
+from helpers import run_module
+
+GIB = 1024 ** 3
+
+
+def test_a_running_stream_shows_its_bytes_and_an_ended_one_its_status(tmp_path):
+    job, counted = tmp_path / "job", tmp_path / "copy.progress"
+    job.write_text(json.dumps({"started": 1, "finished": 0, "ansible_job_id": "j1"}))
+    counted.write_text("536870912 bytes (537 MB, 512 MiB) copied, 1 s, 537 MB/s\r1073741824 bytes (1.1 GB, 1.0 GiB) copied, 2 s")
+    running = run_module("copy_progress_info", {"results_file": str(job), "progress_file": str(counted),
+                                                "total_bytes": 4 * GIB, "wait": 0})
+    assert (running["finished"], running["rc"], running["copied_bytes"]) == (False, None, GIB)
+    assert running["progress"] == "1.0 GiB of 4.0 GiB (25%)" and running["changed"] is False
+    job.write_text(json.dumps({"rc": 1, "stdout": "", "delta": "0:00:03.5", "failed": True,
+                               "stderr": "1073741824 bytes copied, 2 s\nssh: connect to host 10.0.0.2 port 22: No route to host"}))
+    ended = run_module("copy_progress_info", {"results_file": str(job), "progress_file": str(counted), "wait": 5})
+    assert (ended["finished"], ended["rc"]) == (True, 1)
+    assert ended["stderr"] == "ssh: connect to host 10.0.0.2 port 22: No route to host"  # dd's counts left out
+
+
+def test_an_rsync_pull_is_measured_by_the_file_it_grows(tmp_path):
+    job, shard = tmp_path / "job", tmp_path / "model-00001-of-00002.safetensors"
+    job.write_text(json.dumps({"started": 1, "finished": 0}))
+    shard.write_bytes(b"\0" * 3 * 1024 * 1024)
+    look = run_module("copy_progress_info", {"results_file": str(job), "path": str(shard), "total_bytes": 12 * 1024 * 1024,
+                                             "wait": 0})
+    assert look["progress"] == "3 MiB of 12 MiB (25%)" and not look["finished"]
+    job.write_text(json.dumps({"rc": 0, "stdout": "Literal data: 12,582,912 bytes", "delta": "0:00:01.2"}))
+    done = run_module("copy_progress_info", {"results_file": str(job), "path": str(shard), "wait": 0})
+    assert (done["finished"], done["rc"], done["delta"]) == (True, 0, "0:00:01.2") and "Literal data" in done["stdout"]
