@@ -111,16 +111,20 @@ def rules(config, headroom_floor_bytes, unaccounted_limit_bytes):
     ]}]}
 
 
+def container_name(cluster):
+    return "%s-prometheus" % cluster
+
+
 def plan(config, cluster, head_entry, endpoint, nodes, floor, limit, labels):
     """The monitoring section of the plan: the files on the head, the container, what verify waits for.
     ``nodes`` is [(name, fabric_ip)] in the cluster's order; ``floor`` the headroom floor and ``limit`` the unaccounted
     memory above which the planner refuses a node, in bytes; ``labels`` the collection's labels of the container (the
     config hash is added: a changed file or flag recreates the container, which reads its files when it starts)."""
     if not config["enabled"]:
-        return {"enabled": False}
+        return {"enabled": False, "container": {"name": container_name(cluster)}}
     folder = head_entry["paths"]["state_dir"] + "/monitoring"
     files = {"prometheus.yml": scrape_config(config, cluster, endpoint, nodes), "rules.yml": rules(config, floor, limit)}
-    container = {"name": "%s-prometheus" % cluster, "image": config["image"], "network_mode": "host",
+    container = {"name": container_name(cluster), "image": config["image"], "network_mode": "host",
                  "command": ["--config.file=%s/prometheus.yml" % CONFIG_MOUNT, "--storage.tsdb.path=" + DATA_MOUNT,
                              "--storage.tsdb.retention.time=" + config["retention"], "--web.listen-address=" + config["listen"]],
                  "volumes": ["%s/config:%s:ro" % (folder, CONFIG_MOUNT), "%s/data:%s" % (folder, DATA_MOUNT)],

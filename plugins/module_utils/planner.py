@@ -163,6 +163,7 @@ def make_plan(inputs, stage="full"):
         [(n, result["nodes"][n]["fabric_ip"]) for n in order if settings["boot_start"]],
         (cluster["memory"] or {}).get("headroom_floor_bytes") or 0,
         int(float(settings["unaccounted_limit_gib"]) * 1024 ** 3), commands.labels(settings, head, "prometheus"))
+    cluster["monitoring"]["change"] = monitoring_change(cluster["monitoring"], inputs["nodes"][head])
     for name in order:  # the supervisor that brings each node back after a boot: the hashes and memory are final now
         result["nodes"][name]["boot"] = boot.plan(settings, inputs["backend"], name, result["nodes"][name], cluster,
                                                   firewall.unit_name(settings["cluster_name"]) if settings["firewall"] else None)
@@ -176,6 +177,16 @@ def make_plan(inputs, stage="full"):
     result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])
     result.update(cluster=cluster, deviations=profile.get("deviations") or [])
     return finish(result, findings, inputs)
+
+
+def monitoring_change(planned, head_facts):
+    """What the monitoring role does on the head: nothing when Prometheus runs with the planned hash (its files are in
+    the hash), apply, or remove the container of ours that monitoring off no longer wants."""
+    probed = nodes_check.probed_containers(head_facts)
+    if planned["enabled"]:
+        return "none" if nodes_check.container_change(planned["container"], probed) == "none" else "apply"
+    ours = [c for c in probed or [] if c["name"] == planned["container"]["name"] and c["labels"].get(LABEL + ".managed") == "true"]
+    return "remove" if ours else "none"
 
 
 def finish(result, findings, inputs=None):

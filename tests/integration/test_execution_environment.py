@@ -12,6 +12,8 @@ AWX runs a job, against the simulated cluster; and a check that imports what the
 that lacks it (the base) and passes on the EE."""
 
 import copy
+import hashlib
+import io
 import json
 import os
 import shutil
@@ -43,7 +45,12 @@ for name in sys.argv[1].split(","):
     except ImportError as exc:
         missing.append("python %s (%s)" % (name, exc))
 for collection in sys.argv[2].split(","):
-    if subprocess.run(["ansible-galaxy", "collection", "list", collection], capture_output=True).returncode != 0:
+    try:
+        listed = subprocess.run(["ansible-galaxy", "collection", "list", collection], capture_output=True, text=True).stdout
+        found = any(line.split()[:1] == [collection] for line in listed.splitlines())  # its rc is 0 either way
+    except OSError:  # no ansible-galaxy at all
+        found = False
+    if not found:
         missing.append("collection " + collection)
 print(json.dumps(missing))
 """
@@ -72,6 +79,40 @@ def installed_collection(name):
     raise AssertionError("%s is not installed here" % name)
 
 
+def with_dependencies(names):
+    """``names`` and what their MANIFEST.json files depend on, transitively, in a stable order."""
+    found = []
+    queue = list(names)
+    while queue:
+        name = queue.pop(0)
+        if name in found:
+            continue
+        found.append(name)
+        with open(os.path.join(installed_collection(name), "MANIFEST.json"), encoding="utf-8") as handle:
+            queue += sorted(json.load(handle)["collection_info"].get("dependencies") or {})
+    return found
+
+
+def write_artifact(folder, artifact):
+    """A collection artifact of an installed collection: its files at the root, FILES.json listing only those the
+    ansible package kept (it leaves out CI files Galaxy's artifact had), MANIFEST.json naming that FILES.json's sum."""
+    with open(os.path.join(folder, "FILES.json"), encoding="utf-8") as handle:
+        files = json.load(handle)
+    files["files"] = [f for f in files["files"] if f["name"] == "." or os.path.lexists(os.path.join(folder, f["name"]))]
+    listed = json.dumps(files, indent=2).encode("utf-8")
+    with open(os.path.join(folder, "MANIFEST.json"), encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    manifest["file_manifest_file"]["chksum_sha256"] = hashlib.sha256(listed).hexdigest()
+    with tarfile.open(artifact, "w:gz") as tar:
+        for name, data in (("MANIFEST.json", json.dumps(manifest, indent=2).encode("utf-8")), ("FILES.json", listed)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+        for entry in files["files"]:
+            if entry["name"] != ".":
+                tar.add(os.path.join(folder, entry["name"]), arcname=entry["name"], recursive=False)
+
+
 def build_variant(context):
     """The shipped definition with the base, package manager and collection sources swapped; written to ``context``."""
     with open(os.path.join(ROOT, "execution-environment.yml"), encoding="utf-8") as handle:
@@ -80,13 +121,13 @@ def build_variant(context):
     variant["images"]["base_image"]["name"] = BASE_IMAGE
     variant["dependencies"]["python_interpreter"] = {"package_system": "python3", "python_path": "/usr/bin/python3"}
     variant.setdefault("options", {})["package_manager_path"] = "/usr/bin/apt-get"
-    variant["build_arg_defaults"] = {"PKGMGR_PRESERVE_CACHE": "always"}  # apt-get has no `clean all`
+    # apt-get has no `clean all`; the collections' dependencies are artifacts here too, Galaxy is not asked for them.
+    variant["build_arg_defaults"] = {"PKGMGR_PRESERVE_CACHE": "always", "ANSIBLE_GALAXY_CLI_COLLECTION_OPTS": "--no-deps"}
     artifacts, requirements = [], {"collections": []}
-    for name in collections_wanted():
+    for name in with_dependencies(collections_wanted()):
         artifact = os.path.join(context, "artifacts", "%s.tar.gz" % name.replace(".", "-"))
         os.makedirs(os.path.dirname(artifact), exist_ok=True)
-        with tarfile.open(artifact, "w:gz") as tar:
-            tar.add(installed_collection(name), arcname=".")
+        write_artifact(installed_collection(name), artifact)
         artifacts.append({"src": artifact, "dest": "collections"})
         requirements["collections"].append({"name": "/build/collections/%s" % os.path.basename(artifact), "type": "file"})
     with open(os.path.join(context, "requirements.yml"), "w", encoding="utf-8") as handle:
@@ -102,10 +143,10 @@ def build_variant(context):
     return shipped, variant, path
 
 
-def check(image):
+def check(image, extra=()):
     """What the playbooks need and ``image`` lacks: Python modules and collections."""
-    out = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python3", image, "-c", CHECK,
-                          ",".join(IMPORTS.values()), ",".join(collections_wanted())],
+    out = subprocess.run(["docker", "run", "--rm", image, "python3", "-c", CHECK,  # through the image's entrypoint, as a job
+                          ",".join(IMPORTS.values()), ",".join(collections_wanted() + list(extra))],
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -124,6 +165,8 @@ def fixture_execution_environment(tmp_path_factory):
         "COPY host-ca.crt /usr/local/share/ca-certificates/host-ca.crt",
         "RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-pip python3-venv ca-certificates"
         " && update-ca-certificates && rm -f /usr/lib/python3*/EXTERNALLY-MANAGED",
+        # ansible-builder runs `python3 -m ensurepip`, which Debian disables for its system Python; pip is there already
+        "RUN printf 'import pip  # noqa\\n' > /usr/lib/python3.11/ensurepip/__main__.py",
         "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt", ""]))
     run("ee-base-build", ["docker", "build", "-t", BASE_IMAGE, str(base)], timeout=1800)
     shipped, variant, definition = build_variant(str(work))
@@ -147,13 +190,16 @@ def test_only_the_base_and_the_collection_sources_differ_from_the_shipped_defini
     assert os.path.basename(variant["dependencies"]["system"]) == os.path.basename(shipped["dependencies"]["system"])
     with open(variant["dependencies"]["galaxy"], encoding="utf-8") as handle:
         sources = [c["name"] for c in yaml.safe_load(handle)["collections"]]
-    assert [os.path.basename(s)[:-len(".tar.gz")].replace("-", ".") for s in sources] == collections_wanted()
+    installed = [os.path.basename(s)[:-len(".tar.gz")].replace("-", ".") for s in sources]
+    assert installed[:len(collections_wanted())] == collections_wanted()  # then their dependencies, which Galaxy would add
+    assert installed == with_dependencies(collections_wanted())
 
 
 def test_the_check_names_what_an_image_lacks_and_the_ee_lacks_nothing(ee):
     lacking = check(BASE_IMAGE)
     assert {"python matplotlib", "python netaddr", "collection community.docker"} <= {m.split(" (")[0] for m in lacking}, lacking
     assert check(EE_IMAGE) == []
+    assert check(EE_IMAGE, ["nothere.atall"]) == ["collection nothere.atall"]  # the list is read, not only its rc
 
 
 def ee_job(base, name, playbook, extravars):
@@ -164,7 +210,7 @@ def ee_job(base, name, playbook, extravars):
     env = awx_environment("/runner")
     del env["ANSIBLE_CONFIG"]
     del env["PATH"]
-    result = ansible_runner.run(private_data_dir=str(private), playbook=playbook, inventory="/runner/inventory/hosts",
+    result = ansible_runner.run(private_data_dir=str(private), playbook=playbook, inventory=str(script),
                                 extravars=extravars, envvars=env, quiet=True, timeout=1800, process_isolation=True,
                                 process_isolation_executable="docker", container_image=EE_IMAGE,
                                 container_options=["--network=host"])

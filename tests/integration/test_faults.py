@@ -88,11 +88,15 @@ def chat():
         return response.status
 
 
+FIRST_SERVE = []
+
+
 @pytest.fixture(scope="module", name="client")
 def fixture_cluster():
     client = docker.from_env()
     run("faults-sim-up", ["ansible-playbook", "playbooks/sim.yml"], timeout=1800)
     rc, out = playbook("serve", log="faults-serve-first")
+    FIRST_SERVE.append(out)
     yield client
     playbook("teardown", log="faults-teardown")
     run("faults-sim-down", ["ansible-playbook", "playbooks/sim.yml", "-e", "sim_state=absent"], check=False)
@@ -123,8 +127,23 @@ def test_second_run_and_status_change_nothing_and_lose_no_request_under_load(cli
         time.sleep(2)
     figures = load.figures()
     assert "Healthy" in out
+    assert "Now (over 2s): " in out and "output tokens/s" in out and "% used;" in out  # from vLLM's /metrics, under load
+    live = [line for line in out.splitlines() if "Now (over 2s): " in line][0]
+    assert " 0.0 output tokens/s" not in live, live  # 8 streams were answering
     assert figures["failed"] == 0 and figures["outage_s"] < 15, figures
     record("load", "status.yml", "reads only", load=figures)
+
+
+def test_the_first_serve_shows_each_waits_progress_and_no_poll_says_failed(client):
+    """The first serve waited for the nodes to join and for vLLM to load: the output says how far each wait was, from
+    Ray's count and from vLLM's log, and no poll prints FAILED (plugins/callback/progress.py)."""
+    out = FIRST_SERVE[0]
+    assert "FAILED - RETRYING" not in out
+    waits = [line for line in out.splitlines() if line.startswith("... waiting [")]
+    assert any("Wait for vLLM to load the model" in line and line.split(" - ", 1)[1].split(" (look")[0] in (
+        "engine starting", "ranks starting", "loading the weights", "sizing the KV cache", "serving, answering /health next")
+        or "shards" in line for line in waits), waits
+    assert all(" (look " in line and " of at most " in line for line in waits), waits
 
 
 CONNECT = """

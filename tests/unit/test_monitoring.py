@@ -61,7 +61,7 @@ def test_a_changed_setting_moves_the_containers_hash(tmp_path):
 def test_monitoring_off_plans_nothing_and_opens_no_port(tmp_path):
     profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
     plan = planner.make_plan(spark_inputs(profile, tmp_path))
-    assert plan["ok"] and plan["cluster"]["monitoring"] == {"enabled": False}
+    assert plan["ok"] and not plan["cluster"]["monitoring"]["enabled"] and plan["cluster"]["monitoring"]["change"] == "none"
     for node in plan["nodes"].values():
         assert node["boot"]["config"]["metrics"] is None
         assert "9101" not in node["firewall"]["ports"]
@@ -148,3 +148,18 @@ def test_with_the_supervisor_off_prometheus_scrapes_vllm_only_and_says_so(tmp_pa
     assert any("Prometheus scrapes vLLM only" in w for w in plan["warnings"])
     for node in plan["nodes"].values():
         assert node["boot"]["config"]["metrics"] is None and "9101" not in node["firewall"]["ports"]
+
+
+def test_the_plan_says_whether_the_head_needs_prometheus_applied_or_removed(tmp_path):
+    plan = plan_with(tmp_path)
+    planned = plan["cluster"]["monitoring"]
+    assert planned["change"] == "apply"  # nothing runs on the head yet
+    running = {"name": "dgx-spark-prometheus", "state": "running", "labels": dict(planned["container"]["labels"])}
+    assert planner.monitoring_change(planned, {"containers": [running]}) == "none"
+    assert planner.monitoring_change(planned, {"containers": [dict(running, state="exited")]}) == "apply"
+    moved = dict(running, labels=dict(running["labels"], **{"dgx_spark.vllm.config_hash": "other"}))
+    assert planner.monitoring_change(planned, {"containers": [moved]}) == "apply"
+    off = {"enabled": False, "container": {"name": "dgx-spark-prometheus"}}
+    assert planner.monitoring_change(off, {"containers": [running]}) == "remove"
+    foreign = {"name": "dgx-spark-prometheus", "state": "running", "labels": {}}
+    assert planner.monitoring_change(off, {"containers": [foreign]}) == "none"  # not ours: never touched
