@@ -32,8 +32,8 @@ options:
     type: path
   path:
     description:
-      - Instead of O(progress_file), the file the copy writes in place (C(rsync --append) writes into the file itself);
-        its size is the bytes copied so far.
+      - Instead of O(progress_file), the file the copy writes in place (C(rsync --append) writes into the file itself),
+        or the folder it fills (a model's cache folder); its size, or the size of the files under it, is the bytes so far.
     type: path
   total_bytes:
     description: The bytes the copy moves in all, when known (the image's size); the progress then says the share.
@@ -113,6 +113,21 @@ def read(path):
         return ""
 
 
+def size_of(path):
+    """A file's size, or the sum of the regular files under a folder (links not followed); 0 when absent."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    total = 0
+    for root, dummy, files in os.walk(path):
+        for name in files:
+            try:
+                found = os.lstat(os.path.join(root, name))
+            except OSError:  # gone while walking (a .incomplete file renamed)
+                continue
+            total += found.st_size if not os.path.islink(os.path.join(root, name)) else 0
+    return total
+
+
 def job(path):
     """(finished, the job's result): async_wrapper writes {"started": 1, "finished": 0} until the module's result."""
     try:
@@ -136,7 +151,7 @@ def main():
         time.sleep(0.5)
         finished, data = job(module.params["results_file"])
     if module.params["path"]:
-        done = os.path.getsize(module.params["path"]) if os.path.isfile(module.params["path"]) else 0
+        done = size_of(module.params["path"])
     else:
         done = progress.dd_bytes(read(module.params["progress_file"]))
     errors = [line for line in (data.get("stderr") or "").replace("\r", "\n").splitlines()

@@ -33,3 +33,16 @@ def test_an_rsync_pull_is_measured_by_the_file_it_grows(tmp_path):
     job.write_text(json.dumps({"rc": 0, "stdout": "Literal data: 12,582,912 bytes", "delta": "0:00:01.2"}))
     done = run_module("copy_progress_info", {"results_file": str(job), "path": str(shard), "wait": 0})
     assert (done["finished"], done["rc"], done["delta"]) == (True, 0, "0:00:01.2") and "Literal data" in done["stdout"]
+
+
+def test_a_fetch_is_measured_by_the_files_under_the_models_folder(tmp_path):
+    job, folder = tmp_path / "job", tmp_path / "models--org--name"
+    (folder / "blobs").mkdir(parents=True)
+    (folder / "blobs" / "a.incomplete").write_bytes(b"\0" * 2 * 1024 * 1024)
+    (folder / "blobs" / "b").write_bytes(b"\0" * 1024 * 1024)
+    (folder / "snapshots").mkdir()
+    (folder / "snapshots" / "b").symlink_to(folder / "blobs" / "b")  # the cache's links count nothing
+    job.write_text(json.dumps({"started": 1, "finished": 0}))
+    look = run_module("copy_progress_info", {"results_file": str(job), "path": str(folder), "wait": 0})
+    assert look["copied_bytes"] == 3 * 1024 * 1024 and look["progress"] == "3 MiB copied"
+    assert run_module("copy_progress_info", {"results_file": str(job), "path": str(tmp_path / "none"), "wait": 0})["copied_bytes"] == 0
