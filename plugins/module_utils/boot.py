@@ -151,18 +151,18 @@ def plan(settings, backend, node, entry, cluster, firewall_unit=None):
               "config_hash": (entry.get("serve") or {}).get("config_hash") or entry["config_hash"], "interval": INTERVAL,
               "status": where["status"], "hold": where["hold"],
               "memory": memory_need(cluster.get("memory"), node, settings),
-              "metrics": metrics_config((cluster.get("monitoring") or {}), settings["cluster_name"], node, entry["fabric_ip"])
-              if settings["boot_start"] else None,
+              "metrics": metrics_config(settings, node, entry["fabric_ip"]),
               "steps": steps(backend, entry["is_head"], cluster, entry["containers"], entry.get("serve"), entry["paths"])}
     return {"enabled": bool(settings["boot_start"]), "unit_name": unit_name(settings["cluster_name"]), "paths": where,
             "unit": unit(settings["cluster_name"], where, firewall_unit), "config": config}
 
 
-def metrics_config(watched, cluster, node, address):
-    """Where this node serves its figures for the head's Prometheus, or None with monitoring off."""
-    if not watched.get("enabled"):
+def metrics_config(settings, node, address):
+    """Where this node serves its figures for the head's Prometheus, or None when it does not."""
+    if not monitoring.nodes_served(settings):
         return None
-    return {"address": address, "port": watched["node_port"], "labels": {"cluster": cluster, "node": node}}
+    return {"address": address, "port": settings["monitoring"]["node_port"],
+            "labels": {"cluster": settings["cluster_name"], "node": node}}
 
 
 def installed(state_dir, cluster):
@@ -236,8 +236,7 @@ class Ops:
 
     def memory(self):
         """The unified_memory fact of this node: its /proc/meminfo and nvidia-smi's compute apps."""
-        rc, out, dummy = self.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
-                                   "--format=csv,noheader,nounits"], timeout=20)
+        rc, out, dummy = self.run(["nvidia-smi"] + unified_memory.APPS_QUERY, timeout=20)
         apps = unified_memory.parse_compute_apps(out) if rc == 0 else []
         return unified_memory.summarize(unified_memory.parse_meminfo(self.read("/proc/meminfo")), compute_apps=apps)
 

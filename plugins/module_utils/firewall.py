@@ -17,6 +17,8 @@ Docker starts the containers again, so the ports are never open between a reboot
 
 from __future__ import annotations
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import monitoring
+
 # Every TCP port Ray opens on a node, pinned (ray start picks random ones otherwise, which no rule could name).
 RAY_PORTS = {
     "--node-manager-port": 6800,
@@ -122,9 +124,8 @@ def plan(settings, backend, addresses, paths):
     """What the planner gives the fabric role on a node: the table, its script and the unit, at the node's paths."""
     cluster = settings["cluster_name"]
     ports = guarded_ports(backend, settings["ray_port"], settings["master_port"])
-    watched = settings.get("monitoring") or {}
-    if watched.get("enabled") and settings.get("boot_start", True):  # each node's figures, for the head's Prometheus only
-        ports.append(str(watched["node_port"]))
+    if monitoring.nodes_served(settings):  # each node's figures, for the head's Prometheus only
+        ports.append(str(settings["monitoring"]["node_port"]))
     return {"table": table_name(cluster), "ports": ports, "addresses": sorted(addresses),
             "files": [{"path": paths["firewall_rules"], "content": ruleset(cluster, addresses, ports), "mode": "0644"},
                       {"path": paths["firewall_unit"], "content": unit(cluster, paths["firewall_rules"]), "mode": "0644"}],

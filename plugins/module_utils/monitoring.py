@@ -69,6 +69,13 @@ def settings(given):
     return config, errors
 
 
+def nodes_served(settings):
+    """Whether each node serves its figures: monitoring on, and the supervisor that serves them running
+    (vllm_boot_start). The planner, the firewall and the supervisor's plan all ask this."""
+    watched = settings.get("monitoring") or {}
+    return bool(watched.get("enabled")) and bool(settings.get("boot_start", True))
+
+
 def scrape_config(config, cluster, endpoint, nodes):
     """Prometheus's configuration: vLLM on the head, every node's figures, the rules file."""
     return {

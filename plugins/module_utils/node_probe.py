@@ -22,10 +22,9 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.roce import nccl_choice, read_devices
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.unified_memory import (
-    parse_compute_apps, parse_gpu_query, parse_meminfo, read_processes, summarize, validate_utilization)
+    APPS_QUERY, parse_compute_apps, parse_gpu_query, parse_meminfo, read_processes, summarize, validate_utilization)
 
 GPU_QUERY = ["--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader,nounits"]
-APPS_QUERY = ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
 
 
 def query_nvidia_smi(run, warn, path, name):

@@ -160,7 +160,7 @@ def make_plan(inputs, stage="full"):
     cluster["monitoring"] = monitoring.plan(
         settings["monitoring"], settings["cluster_name"], result["nodes"][head],
         cluster["endpoint"]["local_address"],
-        [(n, result["nodes"][n]["fabric_ip"]) for n in order if settings["boot_start"]],
+        [(n, result["nodes"][n]["fabric_ip"]) for n in order if monitoring.nodes_served(settings)],
         (cluster["memory"] or {}).get("headroom_floor_bytes") or 0,
         int(float(settings["unaccounted_limit_gib"]) * 1024 ** 3), commands.labels(settings, head, "prometheus"))
     cluster["monitoring"]["change"] = monitoring_change(cluster["monitoring"], inputs["nodes"][head])

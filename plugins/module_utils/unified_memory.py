@@ -148,6 +148,10 @@ def parse_gpu_query(text):
     return gpus
 
 
+# nvidia-smi's arguments whose output parse_compute_apps reads (the probe and the supervisor's node figures ask it).
+APPS_QUERY = ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
+
+
 def parse_compute_apps(text):
     """Parse ``nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits``.
 
