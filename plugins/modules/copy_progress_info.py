@@ -69,8 +69,11 @@ finished:
   description: Whether the job has ended.
   returned: always
   type: bool
-rc:
-  description: The copy's exit status, once it has ended.
+exit_status:
+  description:
+    - The copy's exit status, once it has ended.
+    - Not named C(rc) because Ansible fails a task whose result has a non-zero C(rc), and this look has not failed
+      even when the copy has; the task after the loop says what went wrong.
   returned: always
   type: int
 stderr:
@@ -156,7 +159,7 @@ def main():
         done = progress.dd_bytes(read(module.params["progress_file"]))
     errors = [line for line in (data.get("stderr") or "").replace("\r", "\n").splitlines()
               if line.strip() and "copied," not in line and "records in" not in line and "records out" not in line]
-    module.exit_json(changed=False, finished=finished, rc=data.get("rc", 0 if not data.get("failed") else 1) if finished else None,
+    module.exit_json(changed=False, finished=finished, exit_status=data.get("rc", 0 if not data.get("failed") else 1) if finished else None,
                      stderr="\n".join(errors[-20:]), stdout=data.get("stdout") or "", delta=data.get("delta") or "0:00:00",
                      copied_bytes=done,
                      progress=progress.copied(done, module.params["total_bytes"]))
