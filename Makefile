@@ -24,10 +24,10 @@ sim-down: setup
 
 # The whole pyramid, fast to slow; pytest prints one summary line at the end.
 test: setup
-	$(PYTEST) -m "not extended" tests/unit tests/static tests/integration
+	$(PYTEST) -m "not extended" --durations=40 tests/unit tests/static tests/integration
 
 test-extended: setup
-	$(PYTEST) -m extended tests/integration
+	$(PYTEST) -m extended --durations=20 tests/integration
 
 fast: setup
 	$(PYTEST) tests/unit tests/static -m "not slow"
