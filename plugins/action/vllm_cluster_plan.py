@@ -38,6 +38,7 @@ ARGUMENT_SPEC = dict(
     model_config=dict(type="dict"),
     weights_bytes=dict(type="int"),
     fail_on_error=dict(type="bool", default=True),
+    deployments=dict(type="list", elements="raw", default=[]),
 )
 
 
@@ -77,6 +78,8 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         if args["stage"] == "paths":
             return self.paths(result, args, task_vars)
+        if args["deployments"]:
+            return self.fleet(result, args, task_vars)
         if not args["profile"] and not args["profile_file"]:
             known = profiles.available(list(args["profile_dirs"]) + [COLLECTION_PROFILES])
             raise AnsibleActionFail("no profile: set vllm_profile to a profile name (%s) or vllm_profile_file to a profile "
@@ -94,16 +97,23 @@ class ActionModule(ActionBase):
         except profiles.ProfileError as exc:
             raise AnsibleActionFail(to_text(exc))
 
+        inputs = self.inputs(args, task_vars, profile)
+        plan = planner.make_plan(inputs, stage=args["stage"])
+        plan["warnings"] = notes + plan["warnings"]
+        return self.answer(result, args, plan, render.render(plan))
+
+    def inputs(self, args, task_vars, profile):
+        """The planner's inputs: the inventory, each node's probe facts, the profile and the settings."""
         groups, heads, order, nodes = inventory_nodes(task_vars, args)
         image_info = (nodes.get(heads[0], {}) if heads else {}).get("image")
-        inputs = {
+        return {
             "groups": {g: list(groups.get(g) or []) for g in ("spark_cluster", args["head_group"], args["worker_group"])},
             "head_hosts": heads,
             "order": order,
             "nodes": nodes,
             "profile": profile,
             "profile_file": args["profile_file"],
-            "backend": args["backend"] or profile.get("backend") or "ray",
+            "backend": args["backend"] or (profile or {}).get("backend") or "ray",
             "settings": args["settings"],
             "overrides": args["overrides"],
             "extra_flags": args["extra_flags"],
@@ -114,10 +124,27 @@ class ActionModule(ActionBase):
             # A new API key restarts vLLM (it reads the key at launch); the plan holds a digest of it, never the key.
             "api_key_digest": key_digest((args["settings"] or {}).get("api_key_file")),
         }
-        plan = planner.make_plan(inputs, stage=args["stage"])
-        plan["warnings"] = notes + plan["warnings"]
+
+    def fleet(self, result, args, task_vars):
+        """Several deployments (vllm_deployments): each one's profile loaded here, the plans made by the planner."""
+        dirs = list(args["profile_dirs"]) + [COLLECTION_PROFILES]
+        profiles_of, notes = {}, []
+        for item in args["deployments"]:
+            if not isinstance(item, dict) or not (item.get("profile") or item.get("profile_file")):
+                continue  # the planner says what is wrong with it
+            try:
+                profiles_of[item.get("name")] = profiles.load(item.get("profile_file") or profiles.find(item["profile"], dirs))
+            except profiles.ProfileError as exc:
+                notes.append({"host": "all", "value": item.get("name"), "message": "deployment %s: %s" % (item.get("name"), to_text(exc))})
+        plan = planner.make_fleet_plan(self.inputs(args, task_vars, None), args["deployments"], profiles_of, stage=args["stage"])
+        plan["errors"] = notes + plan["errors"]
+        plan["ok"] = not plan["errors"]
+        return self.answer(result, args, plan, render.render_fleet(plan))
+
+    def answer(self, result, args, plan, text):
+        """The action's result: the plan, its text, its warnings, and a failure when it has errors."""
         result["plan"] = plan
-        result["plan_text"] = render.render(plan)
+        result["plan_text"] = text
         result["changed"] = False
         if plan["warnings"]:
             result["warnings"] = list(plan["warnings"])

@@ -44,21 +44,26 @@ def unit_name(cluster):
     return "dgx-spark-vllm-firewall-%s.service" % cluster
 
 
-def ray_port_flags(is_head):
-    """The `ray start` flags that pin its ports (the head's client server too)."""
+def ray_port_flags(is_head, offset=0):
+    """The `ray start` flags that pin its ports (the head's client server too), each moved by ``offset``: a second Ray
+    cluster on the same node (another deployment, module_utils/fleet.py) needs ports of its own."""
     flags = []
     for flag, port in RAY_PORTS.items():
-        flags += [flag, str(port)]
-    return flags + (["--ray-client-server-port", str(RAY_CLIENT_SERVER_PORT)] if is_head else [])
+        flags += [flag, str(port + offset)]
+    return flags + (["--ray-client-server-port", str(RAY_CLIENT_SERVER_PORT + offset)] if is_head else [])
 
 
-def guarded_ports(backend, ray_port, master_port):
+def ray_port_ranges(offset=0):
+    """The pinned ports as (low, high) ranges: the node's managers and agents, the client server and the workers."""
+    return [(RAY_PORTS["--node-manager-port"] + offset, RAY_PORTS["--runtime-env-agent-port"] + offset),
+            (RAY_CLIENT_SERVER_PORT + offset, RAY_PORTS["--max-worker-port"] + offset)]
+
+
+def guarded_ports(backend, ray_port, master_port, offset=0):
     """The ports the table guards, as nft set elements: Ray's every port, or the mp backend's torch rendezvous."""
     if backend != "ray":
         return [str(master_port)]
-    low, high = RAY_PORTS["--node-manager-port"], RAY_PORTS["--runtime-env-agent-port"]
-    return [str(ray_port), "%d-%d" % (low, high),
-            "%d-%d" % (RAY_CLIENT_SERVER_PORT, RAY_PORTS["--max-worker-port"])]
+    return [str(ray_port)] + ["%d-%d" % pair for pair in ray_port_ranges(offset)]
 
 
 def ruleset(cluster, addresses, ports):
@@ -123,7 +128,7 @@ def check(name, facts, findings):
 def plan(settings, backend, addresses, paths):
     """What the planner gives the fabric role on a node: the table, its script and the unit, at the node's paths."""
     cluster = settings["cluster_name"]
-    ports = guarded_ports(backend, settings["ray_port"], settings["master_port"])
+    ports = guarded_ports(backend, settings["ray_port"], settings["master_port"], settings["ray_ports_offset"])
     if monitoring.nodes_served(settings):  # each node's figures, for the head's Prometheus only
         ports.append(str(settings["monitoring"]["node_port"]))
     return {"table": table_name(cluster), "ports": ports, "addresses": sorted(addresses),

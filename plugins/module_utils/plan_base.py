@@ -45,6 +45,7 @@ DEFAULT_SETTINGS = {
     "gpus_per_node": 1,
     "ray_port": RAY_PORT,
     "master_port": MASTER_PORT,
+    "ray_ports_offset": 0,              # moves every port Ray pins: another deployment on the node (fleet.py)
     "api_key_file": None,
     "artifacts_dir": None,      # the controller's folder for plan.json, summary.json and the logs
     "memory_headroom_floor_gib": None,  # None: the profile's memory.headroom_floor_bytes, else the planner's floor
@@ -63,7 +64,7 @@ DEFAULT_SETTINGS = {
     "images_kept": 2,                   # verified images kept on every node: the serving one and the one before it
     "monitoring": None,                 # Prometheus on the head and each node's figures (module_utils/monitoring.py)
 }
-INTEGERS = ("port", "ray_port", "master_port", "gpus_per_node", "rsync_port", "images_kept")
+INTEGERS = ("port", "ray_port", "master_port", "ray_ports_offset", "gpus_per_node", "rsync_port", "images_kept")
 BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned",
             "firewall", "boot_start")
 # The state folders of a node, under <state_dir>/<cluster>, each with its mode.

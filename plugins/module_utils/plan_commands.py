@@ -130,7 +130,8 @@ def ray_command(inputs, fabric_ip, is_head, head_ip):
     settings = inputs["settings"]
     object_store = (inputs["profile"].get("ray") or {}).get("object_store_memory", OBJECT_STORE_BYTES)
     command = (["ray", "start", "--node-ip-address", fabric_ip, "--num-gpus", str(settings["gpus_per_node"]),
-                "--object-store-memory", str(object_store)] + firewall.ray_port_flags(is_head) + ["--disable-usage-stats", "--block"])
+                "--object-store-memory", str(object_store)]
+               + firewall.ray_port_flags(is_head, settings["ray_ports_offset"]) + ["--disable-usage-stats", "--block"])
     if is_head:
         command[2:2] = ["--head", "--port", str(settings["ray_port"]), "--include-dashboard=false"]
     else:

@@ -120,3 +120,26 @@ def render_memory(memory):
                      " (at most %s, what the deployment proved)" % memory["proven_gpu_memory_utilization"]
                      if memory.get("proven_gpu_memory_utilization") else ""))
     return lines
+
+
+def render_fleet(plan):
+    """Lines of text describing a plan of several deployments: each deployment's plan, the gateway, the shared nodes."""
+    lines = ["Deployments: %d, planned each on its own, then checked together" % len(plan.get("deployments") or {})]
+    for name, planned in (plan.get("deployments") or {}).items():
+        lines.append("")
+        lines.append("== deployment %s ==" % name)
+        lines += render(dict(planned, errors=[], warnings=[]))[:-1]  # the findings and the verdict are the whole's
+    gateway = plan.get("gateway")
+    if gateway:
+        lines += ["", "Gateway: on %s, port %d (the cluster's vllm_port), routing by model name:" % (gateway["host"], gateway["port"])]
+        lines += ["  %s -> deployment %s at %s" % (r["model"], r["deployment"], r["api_base"]) for r in gateway["routes"]]
+    for host, shared in sorted((plan.get("shared_nodes") or {}).items()):
+        lines.append("Shared node %s: %s start with %s of %s available, leaving %s (floor %s)" % (
+            host, " + ".join("%s %s" % (d, _gib(b)) for d, b in shared["starting"].items()) or "nothing",
+            _gib(sum(shared["starting"].values())), _gib(shared["mem_available_bytes"]), _gib(shared["left_bytes"]),
+            _gib(shared["headroom_floor_bytes"])))
+    lines += ["WARNING: %s" % warning for warning in plan.get("warnings") or []]
+    lines += ["ERROR [%s]: %s" % (error["host"], error["message"]) for error in plan.get("errors") or []]
+    lines.append("Verdict: %s" % ("the deployments fit together (serving several is not built yet: docs/multi-model.md)"
+                                  if plan.get("ok") else "refused, nothing will be changed"))
+    return lines

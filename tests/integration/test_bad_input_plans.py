@@ -158,6 +158,28 @@ CASES = [
 ]
 
 
+def deployments(second=None, first=None):
+    """Two deployments of the sample's profile on both Sparks, the second changed by ``second``."""
+    return {"vllm_deployments": [dict({"name": "big", "profile": "minimax_m25_nvfp4_ep", "nodes": "spark_cluster"}, **(first or {})),
+                                 dict({"name": "second", "profile": "minimax_m25_nvfp4_ep", "nodes": "spark_cluster",
+                                       "served_name": "m25-second"}, **(second or {}))]}
+
+
+CASES += [
+    ("deployments-overcommit", "deployments", "two deployments that over-commit the nodes they share", {"vars": deployments()},
+     "spark1", "deployments big (", "the others leave deployment second no room there: place it on other nodes"),
+    ("deployments-port", "deployments", "two deployments on one API port", {"vars": deployments({"port": 8001})},
+     "spark1", "deployment big's API port 8001 and deployment second's API port 8001 collide", "set deployment second's port"),
+    ("deployments-ray", "deployments", "two deployments' Ray on the same ports", {"vars": deployments({"ray_ports_offset": 0})},
+     "spark2", "deployment big's Ray ports 6800-6805 and deployment second's Ray ports 6800-6805", "set deployment second's ray_ports_offset"),
+    ("deployments-host", "deployments", "a deployment on a host outside the cluster", {"vars": deployments({"nodes": ["spark1", "spark9"]})},
+     "spark9", "spark9 not in spark_cluster", "a deployment runs on the cluster's nodes only"),
+    ("deployments-served-name", "deployments", "two deployments serving one model name",
+     {"vars": deployments({"served_name": None})},
+     "all", "deployments big and second all serve the model name", "give each its own served_name"),
+]
+
+
 @pytest.fixture(scope="module", name="sample")
 def fixture_sample():
     with open(os.path.join(SAMPLE, "hosts.yml"), encoding="utf-8") as handle:

@@ -1,0 +1,145 @@
+"""fleet: several deployments on one cluster, each planned on its own, then checked across (ports, memory, names)."""
+
+import copy
+import os
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles
+
+from helpers import spark_inputs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GIB = 1024 ** 3
+
+
+def tiny(served="sim-tiny"):
+    profile = profiles.load(profiles.find("sim_tiny", [os.path.join(ROOT, "profiles")]))
+    profile["model"]["served_name"] = served
+    return profile
+
+
+def cluster(tmp_path, **settings):
+    inputs = spark_inputs(tiny(), tmp_path, settings=dict({"simulated": True, "offline": True}, **settings))
+    inputs["groups"] = {"spark_cluster": ["spark1", "spark2"], "spark_head": ["spark1"], "spark_workers": ["spark2"]}
+    return inputs
+
+
+TWO = [{"name": "chat", "profile": "sim_tiny", "nodes": "spark_cluster"},
+       {"name": "coder", "profile": "sim_tiny", "nodes": ["spark1", "spark2"]}]
+
+
+def fleet_plan(tmp_path, deployments=None, served=("sim-tiny", "sim-tiny-coder"), **settings):
+    deployments = copy.deepcopy(deployments or TWO)
+    known = {d.get("name"): tiny(s) for d, s in zip(deployments, served)}
+    return planner.make_fleet_plan(cluster(tmp_path, **settings), deployments, known)
+
+
+def messages(plan):
+    return [e["message"] for e in plan["errors"]]
+
+
+def test_two_deployments_on_the_same_two_nodes_each_get_their_own_names_ports_and_ray(tmp_path):
+    plan = fleet_plan(tmp_path)
+    assert plan["ok"], messages(plan)
+    chat, coder = plan["deployments"]["chat"], plan["deployments"]["coder"]
+    assert chat["nodes"]["spark1"]["containers"][0]["name"] == "dgx-spark-chat-ray-spark1"
+    assert coder["nodes"]["spark2"]["containers"][0]["name"] == "dgx-spark-coder-ray-spark2"
+    assert chat["nodes"]["spark1"]["state_dir"] != coder["nodes"]["spark1"]["state_dir"]
+    # the gateway keeps the cluster's port; the deployments take the next ones
+    assert (chat["cluster"]["endpoint"]["port"], coder["cluster"]["endpoint"]["port"]) == (8001, 8002)
+    assert plan["gateway"]["port"] == 8000 and plan["gateway"]["host"] == "spark1"
+    head = {name: plan["deployments"][name]["nodes"]["spark1"]["containers"][0]["command"] for name in ("chat", "coder")}
+    assert head["chat"][head["chat"].index("--port") + 1] == "6379"
+    assert head["coder"][head["coder"].index("--port") + 1] == "7379"
+    assert head["coder"][head["coder"].index("--node-manager-port") + 1] == "7800"
+    assert head["coder"][head["coder"].index("--max-worker-port") + 1] == "11101"
+    assert coder["nodes"]["spark2"]["firewall"]["table"] == "dgx_spark_vllm_dgx_spark_coder"
+    assert "11001-11101" in coder["nodes"]["spark2"]["firewall"]["ports"]
+    routes = {r["model"]: r for r in plan["gateway"]["routes"]}
+    assert sorted(routes) == ["sim-tiny", "sim-tiny-coder"]
+    assert routes["sim-tiny-coder"]["api_base"].endswith(":8002/v1")
+    assert routes["sim-tiny-coder"]["api_key_file"].endswith("/dgx-spark-coder/secrets/vllm_api_key")
+    # memory is summed on both shared nodes: each asks its pool and processes of the same MemAvailable
+    shared = plan["shared_nodes"]["spark2"]
+    assert shared["deployments"] == ["chat", "coder"] and set(shared["starting"]) == {"chat", "coder"}
+    assert shared["left_bytes"] == shared["mem_available_bytes"] - sum(shared["starting"].values())
+
+
+def test_deployments_that_together_overcommit_a_shared_node_are_refused_with_the_utilization_that_fits(tmp_path):
+    deployments = copy.deepcopy(TWO)
+    for d in deployments:
+        d["overrides"] = {"gpu_memory_utilization": 0.6}  # each fits alone (71.8 of 117.3 GiB), not both
+    plan = fleet_plan(tmp_path, deployments)
+    assert not plan["ok"]
+    found = [m for m in messages(plan) if "together ask for" in m]
+    assert len(found) == 2 and found[0].startswith("spark1: deployments chat (")
+    assert "set overrides: {gpu_memory_utilization: 0.35} in deployment coder's entry, or place it on other nodes" in found[0], found[0]
+    deployments[1]["overrides"]["gpu_memory_utilization"] = 0.35  # the fix the message names is enough
+    plan = fleet_plan(tmp_path, deployments)
+    assert plan["ok"], messages(plan)
+    assert plan["shared_nodes"]["spark1"]["left_bytes"] >= GIB
+    deployments[0]["overrides"]["gpu_memory_utilization"] = 0.93  # alone it fits; beside it nothing does
+    found = [m for m in messages(fleet_plan(tmp_path, deployments)) if "together ask for" in m]
+    assert found and found[0].endswith("the others leave deployment coder no room there: place it on other nodes, or lower "
+                                       "the others' gpu_memory_utilization"), found
+
+
+def test_colliding_ports_and_served_names_are_refused_naming_both(tmp_path):
+    deployments = copy.deepcopy(TWO)
+    deployments[1]["port"] = 8001
+    plan = fleet_plan(tmp_path, deployments)
+    assert ("spark1: deployment chat's API port 8001 and deployment coder's API port 8001 collide; set deployment coder's "
+            "port in vllm_deployments to move it") in messages(plan), messages(plan)
+    deployments[1].update(port=None, ray_ports_offset=0, ray_port=6379)
+    plan = fleet_plan(tmp_path, deployments)
+    assert ("spark2: deployment chat's Ray ports 6800-6805 and deployment coder's Ray ports 6800-6805 collide; set deployment "
+            "coder's ray_ports_offset in vllm_deployments to move it") in messages(plan), messages(plan)
+    assert any("deployment chat's Ray GCS port 6379 and deployment coder's Ray GCS port 6379" in m for m in messages(plan))
+    plan = fleet_plan(tmp_path, served=("sim-tiny", "sim-tiny"))
+    assert messages(plan) == ["deployments chat and coder all serve the model name sim-tiny; the gateway routes by name, so "
+                              "give each its own served_name (in vllm_deployments, or its profile's model.served_name)"]
+    deployments[1]["served_name"] = "coder"  # the deployment's own name for the gateway wins over its profile's
+    plan = fleet_plan(tmp_path, deployments, served=("sim-tiny", "sim-tiny"))
+    assert "deployments chat and coder all serve" not in " ".join(messages(plan))
+    assert plan["deployments"]["coder"]["cluster"]["endpoint"]["served_model_name"] == "coder"
+    deployments[1].update(ray_port=None, ray_ports_offset=None, port=8000)
+    plan = fleet_plan(tmp_path, deployments)
+    assert any(m.startswith("spark1: the gateway's port (vllm_port) 8000 and deployment coder's API port 8000 collide")
+               for m in messages(plan))
+
+
+def test_bad_deployment_entries_are_refused_before_any_plan(tmp_path):
+    bad = [{"name": "Chat_1", "profile": "sim_tiny", "nodes": "spark_cluster"},
+           {"name": "b", "nodes": ["spark1", "spark9"], "profle": "sim_tiny"},
+           {"name": "c", "profile": "sim_tiny", "nodes": "no_such_group"},
+           {"name": "c", "profile": "sim_tiny", "nodes": ["spark1", "spark1"]}]
+    plan = fleet_plan(tmp_path, bad, served=("a", "b", "c", "d"))
+    found = messages(plan)
+    assert plan["deployments"] == {} and not plan["ok"]
+    assert "deployment Chat_1: name 'Chat_1' must be 1-16 characters of a-z, 0-9 and '-'" in found[0]
+    assert "deployment b: unknown key(s) profle; a deployment takes name, profile, profile_file, nodes" in found[1]
+    assert "deployment b has no profile: set its profile (a name) or profile_file" in found
+    assert "deployment b: spark9 not in spark_cluster; a deployment runs on the cluster's nodes only" in found
+    assert any(m.startswith("deployment c: nodes 'no_such_group' is not a group of the inventory") for m in found)
+    assert "deployments 2 and 3 are both named c; give each its own name" in found
+    assert "deployment c lists spark1 more than once; each node holds one rank" in found
+
+
+def test_a_deployment_error_names_its_deployment(tmp_path):
+    deployments = copy.deepcopy(TWO)
+    deployments[1]["overrides"] = {"max_model_len": 100000}
+    plan = fleet_plan(tmp_path, deployments)
+    assert [m for m in messages(plan) if m.startswith("deployment coder: max_model_len 100000 exceeds the model's 4096 tokens")]
+    assert not [m for m in messages(plan) if m.startswith("deployment chat:")]
+
+
+def test_monitoring_is_refused_with_several_deployments_rather_than_run_twice(tmp_path):
+    plan = fleet_plan(tmp_path, monitoring={"enabled": True})
+    assert messages(plan) == ["vllm_monitoring does not watch several deployments yet (each would start its own Prometheus "
+                              "on the same ports); set vllm_monitoring: false with vllm_deployments"]
+
+
+def test_serving_several_deployments_is_refused_before_any_change_until_it_is_built(tmp_path):
+    inputs = cluster(tmp_path)
+    inputs["settings"]["offline"] = False
+    plan = planner.make_fleet_plan(inputs, copy.deepcopy(TWO), {"chat": tiny(), "coder": tiny("sim-tiny-coder")})
+    assert not plan["ok"] and messages(plan)[0].startswith("vllm_deployments: several deployments are planned offline only for now")
