@@ -22,9 +22,13 @@ An inventory without ``vllm_deployments`` is one deployment under the cluster's 
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import firewall
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import gateway as gateway_utils
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import memory_plan
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import endpoint_url, node_paths
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_commands import labels
 
 GIB = 1024 ** 3
 # A deployment's name joins the cluster's (container names, folders, the firewall table): short, a-z, 0-9 and '-'.
@@ -219,9 +223,10 @@ def check_memory(entries, plans, findings):
 
 
 def gateway(entries, plans, settings):
-    """The gateway on the first deployment's head: one route per served model name to its deployment's endpoint, on the
-    head's own address (the gateway's container shares the host's network). The backends' keys stay on the head, in
-    their deployments' key files; the plan names the files, never a key."""
+    """The gateway on the first deployment's head, on the cluster's own port: one route per served model name to its
+    deployment's endpoint (on the same head at the address vLLM binds, on another head at its URL), and the container
+    that serves them. The backends' keys stay on their heads, in their deployments' key files; the plan names the
+    files, never a key (module_utils/gateway.py)."""
     first = entries[0]
     routes, names = [], {}
     for entry in entries:
@@ -230,11 +235,23 @@ def gateway(entries, plans, settings):
         head = (plan.get("nodes") or {}).get(entry["head"]) or {}
         model = plan.get("model") or {}
         served = model.get("served_name") or model.get("id")
-        routes.append({"model": served, "deployment": entry["name"], "api_base": "%s/v1" % endpoint.get("local_address", ""),
-                       "health_url": "%s/health" % endpoint.get("local_address", ""),
+        base = "http://" + endpoint.get("local_address", "") if entry["head"] == first["head"] else endpoint.get("url", "")
+        routes.append({"model": served, "deployment": entry["name"], "api_base": base + "/v1", "health_url": base + "/health",
                        "api_key_file": (head.get("paths") or {}).get("api_key_file"), "head": entry["head"]})
         names.setdefault(served, []).append(entry["name"])
-    return {"host": first["head"], "port": settings["port"], "routes": routes, "duplicate_models": {m: d for m, d in names.items() if len(d) > 1}}
+    endpoint = ((plans.get(first["name"]) or {}).get("cluster") or {}).get("endpoint") or {}
+    bind = endpoint.get("bind_address") or "0.0.0.0"
+    advertised = urlsplit(endpoint.get("url") or "http://%s" % bind).hostname
+    folder = node_paths(settings, first["head"], None)["state_dir"] + "/gateway"
+    given = settings.get("gateway") or {}
+    image = given.get("image") or "dgx-spark-vllm/litellm:%s" % gateway_utils.LITELLM_VERSION
+    spec = gateway_utils.container("%s-gateway" % settings["cluster_name"], image, bind, settings["port"],
+                                   folder + "/config.yaml", labels(settings, first["head"], "gateway"))
+    return {"enabled": gateway_utils.enabled(given.get("enabled"), len(entries)), "host": first["head"], "port": settings["port"],
+            "url": endpoint_url(settings, advertised), "folder": folder, "config_file": folder + "/config.yaml",
+            "client_key_file": settings.get("api_key_file"),
+            "health_check_interval": int(given.get("health_check_interval") or gateway_utils.DEFAULTS["health_check_interval"]),
+            "container": spec, "routes": routes, "duplicate_models": {m: d for m, d in names.items() if len(d) > 1}}
 
 
 def combine(entries, settings, settings_of, plans, findings):

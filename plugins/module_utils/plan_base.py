@@ -63,6 +63,7 @@ DEFAULT_SETTINGS = {
     "boot_start": True,                 # each node's supervisor brings the model back after a boot (module_utils/boot.py)
     "images_kept": 2,                   # verified images kept on every node: the serving one and the one before it
     "monitoring": None,                 # Prometheus on the head and each node's figures (module_utils/monitoring.py)
+    "gateway": None,                    # LiteLLM's proxy in front of several deployments (module_utils/gateway.py)
 }
 INTEGERS = ("port", "ray_port", "master_port", "ray_ports_offset", "gpus_per_node", "rsync_port", "images_kept")
 BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned",

@@ -3,7 +3,7 @@
 import copy
 import os
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import gateway, planner, profiles
 
 from helpers import spark_inputs
 
@@ -56,7 +56,7 @@ def test_two_deployments_on_the_same_two_nodes_each_get_their_own_names_ports_an
     assert "11001-11101" in coder["nodes"]["spark2"]["firewall"]["ports"]
     routes = {r["model"]: r for r in plan["gateway"]["routes"]}
     assert sorted(routes) == ["sim-tiny", "sim-tiny-coder"]
-    assert routes["sim-tiny-coder"]["api_base"].endswith(":8002/v1")
+    assert routes["sim-tiny-coder"]["api_base"] == "http://192.168.1.101:8002/v1"  # vLLM's bind address on the same head
     assert routes["sim-tiny-coder"]["api_key_file"].endswith("/dgx-spark-coder/secrets/vllm_api_key")
     # memory is summed on both shared nodes: each asks its pool and processes of the same MemAvailable
     shared = plan["shared_nodes"]["spark2"]
@@ -143,3 +143,30 @@ def test_serving_several_deployments_is_refused_before_any_change_until_it_is_bu
     inputs["settings"]["offline"] = False
     plan = planner.make_fleet_plan(inputs, copy.deepcopy(TWO), {"chat": tiny(), "coder": tiny("sim-tiny-coder")})
     assert not plan["ok"] and messages(plan)[0].startswith("vllm_deployments: several deployments are planned offline only for now")
+
+
+def test_the_gateway_serves_every_route_on_the_clusters_port_and_holds_the_keys_only_in_its_file(tmp_path):
+    plan = fleet_plan(tmp_path)
+    planned = plan["gateway"]
+    assert planned["enabled"] and planned["url"] == "http://192.168.1.101:8000"
+    spec = planned["container"]
+    assert spec["name"] == "dgx-spark-gateway" and spec["network_mode"] == "host"
+    assert spec["command"][spec["command"].index("--host") + 1:spec["command"].index("--port") + 2] == ["192.168.1.101", "--port", "8000"]
+    assert spec["env"]["LITELLM_OFFLINE_MODE"] == "true"  # it fetches its cost map from the internet otherwise
+    assert spec["volumes"] == ["/var/lib/dgx-spark-vllm/dgx-spark/gateway/config.yaml:/etc/litellm/config.yaml:ro"]
+    keys = {"chat": "chat-key-4711", "coder": "coder-key-4712"}
+    text = gateway.config_text(planned["routes"], keys, "client-key-4713", planned["health_check_interval"])
+    config = gateway.config(planned["routes"], keys, "client-key-4713", 30)
+    assert [(m["model_name"], m["litellm_params"]["model"], m["litellm_params"]["api_base"], m["litellm_params"]["api_key"])
+            for m in config["model_list"]] == [
+        ("sim-tiny", "hosted_vllm/sim-tiny", "http://192.168.1.101:8001/v1", "chat-key-4711"),
+        ("sim-tiny-coder", "hosted_vllm/sim-tiny-coder", "http://192.168.1.101:8002/v1", "coder-key-4712")]
+    assert config["general_settings"]["master_key"] == "client-key-4713" and "chat-key-4711" in text
+    for secret in ("chat-key-4711", "coder-key-4712", "client-key-4713"):  # the plan names the key files, never a key
+        assert secret not in str(plan)
+    assert gateway.keys_digest(keys, "client-key-4713") != gateway.keys_digest(dict(keys, chat="new"), "client-key-4713")
+
+
+def test_the_gateway_appears_with_two_deployments_or_when_asked():
+    assert (gateway.enabled(None, 1), gateway.enabled(None, 2), gateway.enabled(True, 1), gateway.enabled("false", 3)) == \
+        (False, True, True, False)

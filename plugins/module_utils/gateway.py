@@ -1,0 +1,71 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The gateway in front of several deployments: LiteLLM's proxy, routing by the request's ``model``. Pure; no I/O.
+
+Clients see one URL (the cluster's ``vllm_port`` on the first deployment's head) and one key; each deployment keeps
+its own vLLM key, which only the gateway holds. LiteLLM's proxy is the OpenAI-compatible router most used in front
+of vLLM: its ``hosted_vllm/`` provider passes the request through (streaming included), ``/v1/models`` lists every
+route, and its background health checks mark a backend down. Two things about it are set here, not left to it:
+
+- it phones home: at start it fetches its model cost map from the internet, and more later. ``LITELLM_OFFLINE_MODE``
+  (its environment, as its docs say: the cost map loads before the config is read) stops every such request;
+- its configuration holds the keys, so it is a 0600 file on the head, mounted read-only, never the container's
+  environment (``docker inspect`` shows that) nor its argv. The plan carries the files the keys come from, never a key;
+  the role reads them on the head and writes the file there (``config_text``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+CONFIG_MOUNT = "/etc/litellm"
+DEFAULTS = {
+    "enabled": None,            # None: on when there are two or more deployments
+    "image": None,              # None: dgx-spark-vllm/litellm:LITELLM_VERSION, to be built from PyPI on the head
+    "health_check_interval": 30,
+}
+LITELLM_VERSION = "1.110.2"
+ENV = {"LITELLM_OFFLINE_MODE": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "true", "LITELLM_LOG": "INFO"}
+
+
+def enabled(given, deployments):
+    """The gateway runs with two or more deployments, or when vllm_gateway is true (one deployment behind it)."""
+    if given not in (None, ""):
+        return str(given).lower() in ("1", "true", "yes", "on")
+    return deployments > 1
+
+
+def config(routes, keys, client_key, interval):
+    """LiteLLM's configuration: one route per served model name to its deployment, with that deployment's key,
+    one key for the clients, a health check of every backend. ``keys`` maps a deployment to its vLLM key."""
+    return {
+        "model_list": [{"model_name": route["model"],
+                        "litellm_params": {"model": "hosted_vllm/" + route["model"], "api_base": route["api_base"],
+                                           "api_key": keys[route["deployment"]]},
+                        "model_info": {"deployment": route["deployment"]}} for route in routes],
+        "general_settings": {"master_key": client_key, "background_health_checks": True,
+                             "health_check_interval": int(interval)},
+        "litellm_settings": {"telemetry": False, "drop_params": False, "request_timeout": 600},
+    }
+
+
+def config_text(routes, keys, client_key, interval):
+    """The file the container reads: JSON, which is YAML too (LiteLLM reads YAML)."""
+    return json.dumps(config(routes, keys, client_key, interval), indent=2, sort_keys=True) + "\n"
+
+
+def keys_digest(keys, client_key):
+    """A digest of every key: a new key restarts the gateway (it reads its file at start), and no key is in the plan."""
+    return hashlib.sha256(json.dumps([sorted(keys.items()), client_key]).encode("utf-8")).hexdigest()[:16]
+
+
+def container(name, image, bind, port, config_file, labels):
+    """The gateway's container: the host's network (it reaches every deployment's head and listens where the endpoint
+    did), its configuration read-only, no secret in its argv or environment."""
+    return {"name": name, "image": image, "network_mode": "host",
+            "command": ["litellm", "--config", CONFIG_MOUNT + "/config.yaml", "--host", bind, "--port", str(port),
+                        "--num_workers", "1"],
+            "env": dict(ENV), "volumes": ["%s:%s/config.yaml:ro" % (config_file, CONFIG_MOUNT)],
+            "restart_policy": "unless-stopped", "labels": dict(labels)}
