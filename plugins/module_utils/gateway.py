@@ -26,7 +26,7 @@ DEFAULTS = {
     "image": None,              # None: dgx-spark-vllm/litellm:LITELLM_VERSION, to be built from PyPI on the head
     "health_check_interval": 30,
 }
-LITELLM_VERSION = "1.110.2"
+LITELLM_VERSION = "1.106.12"  # litellm[proxy], pinned: each release pins its proxy extras exactly
 ENV = {"LITELLM_OFFLINE_MODE": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "true", "LITELLM_LOG": "INFO"}
 
 
