@@ -170,3 +170,14 @@ def test_the_gateway_serves_every_route_on_the_clusters_port_and_holds_the_keys_
 def test_the_gateway_appears_with_two_deployments_or_when_asked():
     assert (gateway.enabled(None, 1), gateway.enabled(None, 2), gateway.enabled(True, 1), gateway.enabled("false", 3)) == \
         (False, True, True, False)
+
+
+def test_the_printed_plan_shows_each_deployment_the_routes_and_what_each_shared_node_keeps(tmp_path):
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils import render
+    lines = render.render_fleet(fleet_plan(tmp_path))
+    assert "== deployment chat ==" in lines and "== deployment coder ==" in lines
+    assert "  sim-tiny-coder -> deployment coder at http://192.168.1.101:8002/v1" in lines
+    assert ("Shared node spark2: chat 36.9 GiB + coder 36.9 GiB start with 73.8 GiB of 117.3 GiB available, leaving 43.5 GiB "
+            "(floor 1.0 GiB)") in lines
+    assert lines[-1] == "Verdict: the deployments fit together (serving several is not built yet: docs/multi-model.md)"
+    assert not [line for line in lines if line.startswith("Verdict") and line != lines[-1]]  # one verdict, the whole's
