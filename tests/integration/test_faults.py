@@ -220,6 +220,7 @@ def alert_state(name):
     return {a["state"] for a in prometheus("/api/v1/alerts")["alerts"] if a["labels"]["alertname"] == name}
 
 
+@pytest.mark.extended  # every serve here waits for Prometheus's targets already; the panels' queries are the extra
 def test_prometheus_scrapes_vllm_and_every_node_and_every_panel_query_evaluates(client):
     """serve.yml ran Prometheus on the head (vllm_monitoring in the sim's inventory): vLLM's endpoint and each node's
     figures are up, vLLM's series are there after a completion, the node figures are the unified memory's, every
