@@ -85,7 +85,7 @@ def expand(deployments, settings, groups, findings):
         return []
     if (settings.get("monitoring") or {}).get("enabled"):
         # One Prometheus per deployment would take the same port on a shared head, and each supervisor would serve
-        # the same node's figures twice: monitoring of several deployments is one, on the gateway's head.
+        # the same node's figures twice: refused until one Prometheus watches every deployment.
         findings.error("all", True, "vllm_monitoring does not watch several deployments yet (each would start its own "
                        "Prometheus on the same ports); set vllm_monitoring: false with vllm_deployments")
     for index, item in enumerate(deployments):
@@ -114,6 +114,10 @@ def expand(deployments, settings, groups, findings):
                "port": settings["port"] + 1 + index, "ray_port": settings["ray_port"] + RAY_OFFSET_STEP * index,
                "master_port": settings["master_port"] + index, "rsync_port": settings["rsync_port"] + index,
                "ray_ports_offset": RAY_OFFSET_STEP * index}
+        for key in ("overrides", "extra_flags", "extra_env"):
+            if not isinstance(item.get(key) or {}, dict):
+                findings.error("all", item[key], "%s: %s must be a mapping, got %r" % (label, key, item[key]))
+                item = dict(item, **{key: {}})
         for key in OWN:
             if item.get(key) not in (None, ""):
                 try:

@@ -111,8 +111,9 @@ def test_bad_deployment_entries_are_refused_before_any_plan(tmp_path):
     bad = [{"name": "Chat_1", "profile": "sim_tiny", "nodes": "spark_cluster"},
            {"name": "b", "nodes": ["spark1", "spark9"], "profle": "sim_tiny"},
            {"name": "c", "profile": "sim_tiny", "nodes": "no_such_group"},
-           {"name": "c", "profile": "sim_tiny", "nodes": ["spark1", "spark1"]}]
-    plan = fleet_plan(tmp_path, bad, served=("a", "b", "c", "d"))
+           {"name": "c", "profile": "sim_tiny", "nodes": ["spark1", "spark1"]},
+           {"name": "d", "profile": "sim_tiny", "nodes": "spark_cluster", "overrides": ["gpu_memory_utilization", 0.5]}]
+    plan = fleet_plan(tmp_path, bad, served=("a", "b", "c", "d", "e"))
     found = messages(plan)
     assert plan["deployments"] == {} and not plan["ok"]
     assert "deployment Chat_1: name 'Chat_1' must be 1-16 characters of a-z, 0-9 and '-'" in found[0]
@@ -122,6 +123,7 @@ def test_bad_deployment_entries_are_refused_before_any_plan(tmp_path):
     assert any(m.startswith("deployment c: nodes 'no_such_group' is not a group of the inventory") for m in found)
     assert "deployments 2 and 3 are both named c; give each its own name" in found
     assert "deployment c lists spark1 more than once; each node holds one rank" in found
+    assert "deployment d: overrides must be a mapping, got ['gpu_memory_utilization', 0.5]" in found
 
 
 def test_a_deployment_error_names_its_deployment(tmp_path):
