@@ -30,7 +30,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils import memory_plan
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import endpoint_url, node_paths
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_commands import labels
 
-GIB = 1024 ** 3
+GIB = memory_plan.GIB
 # A deployment's name joins the cluster's (container names, folders, the firewall table): short, a-z, 0-9 and '-'.
 NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,14}[a-z0-9])?$")
 # Ray pins 6800-6805 and 10001-10101 (firewall.RAY_PORTS); the i-th deployment's Ray moves by this much x i.
@@ -39,11 +39,6 @@ KEYS = ("name", "profile", "profile_file", "nodes", "backend", "served_name", "p
         "ray_ports_offset", "overrides", "extra_flags", "extra_env")
 # The settings each deployment sets for itself; the rest of the cluster's settings are shared.
 OWN = ("port", "ray_port", "master_port", "rsync_port", "ray_ports_offset")
-
-
-def given(deployments):
-    """Whether the inventory lists deployments (an empty or absent list is the single deployment of old)."""
-    return bool(deployments)
 
 
 def hosts_of(item, groups, findings, label):
@@ -55,10 +50,11 @@ def hosts_of(item, groups, findings, label):
             findings.error("all", nodes, "%s: nodes %r is not a group of the inventory; name a group, or list the hosts "
                            "(the first heads the deployment)" % (label, nodes))
             return []
-        hosts = [h for h in groups[nodes] if h in cluster] if nodes != "spark_cluster" else cluster
         if nodes == "spark_cluster":  # the cluster's own head first, as a single deployment has it
-            heads = [h for h in groups.get("spark_head") or [] if h in cluster]
-            hosts = heads[:1] + [h for h in cluster if h not in heads[:1]]
+            heads = [h for h in groups.get("spark_head") or [] if h in cluster][:1]
+            hosts = heads + [h for h in cluster if h not in heads]
+        else:
+            hosts = [h for h in groups[nodes] if h in cluster]
     elif isinstance(nodes, list) and nodes:
         hosts = [str(h) for h in nodes]
     else:
