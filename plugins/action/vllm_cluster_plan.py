@@ -17,7 +17,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles, render
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import fleet, planner, profiles, render
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_inventory import node_order
 
 COLLECTION_PROFILES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "profiles"))
@@ -136,7 +136,16 @@ class ActionModule(ActionBase):
                 profiles_of[item.get("name")] = profiles.load(item.get("profile_file") or profiles.find(item["profile"], dirs))
             except profiles.ProfileError as exc:
                 notes.append({"host": "all", "value": item.get("name"), "message": "deployment %s: %s" % (item.get("name"), to_text(exc))})
-        plan = planner.make_fleet_plan(self.inputs(args, task_vars, None), args["deployments"], profiles_of, stage=args["stage"])
+        # Each node's probe read it once per deployment placed there (roles/preflight/tasks/probe.yml).
+        probes = {}
+        for host, values in (task_vars.get("hostvars") or {}).items():
+            for name, facts in ((values or {}).get(args["probe_fact"] + "s") or {}).items():
+                probes.setdefault(name, {})[host] = facts
+        cluster_key = (args["settings"] or {}).get("api_key_file")
+        digests = {item.get("name"): key_digest(fleet.key_file(cluster_key, item.get("name")))
+                   for item in args["deployments"] if isinstance(item, dict) and item.get("name")}
+        plan = planner.make_fleet_plan(self.inputs(args, task_vars, None), args["deployments"], profiles_of, stage=args["stage"],
+                                       probes=probes, key_digests=digests)
         plan["errors"] = notes + plan["errors"]
         plan["ok"] = not plan["errors"]
         return self.answer(result, args, plan, render.render_fleet(plan))

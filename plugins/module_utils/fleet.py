@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import firewall
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import gateway as gateway_utils
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import memory_plan
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import endpoint_url, node_paths
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import LABEL, digest, endpoint_url, node_paths
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_commands import labels
 
 GIB = memory_plan.GIB
@@ -39,6 +39,12 @@ KEYS = ("name", "profile", "profile_file", "nodes", "backend", "served_name", "p
         "ray_ports_offset", "overrides", "extra_flags", "extra_env")
 # The settings each deployment sets for itself; the rest of the cluster's settings are shared.
 OWN = ("port", "ray_port", "master_port", "rsync_port", "ray_ports_offset")
+
+
+def key_file(cluster_key_file, name):
+    """The controller's file of a deployment's own vLLM key, beside the cluster's (which the gateway's clients use):
+    only the gateway holds the backends' keys. The preflight role makes it before planning (roles/preflight)."""
+    return "%s-%s" % (cluster_key_file, name) if cluster_key_file else None
 
 
 def hosts_of(item, groups, findings, label):
@@ -109,7 +115,7 @@ def expand(deployments, settings, groups, findings):
         own = {"cluster_name": "%s-%s" % (settings["cluster_name"], name),
                "port": settings["port"] + 1 + index, "ray_port": settings["ray_port"] + RAY_OFFSET_STEP * index,
                "master_port": settings["master_port"] + index, "rsync_port": settings["rsync_port"] + index,
-               "ray_ports_offset": RAY_OFFSET_STEP * index}
+               "ray_ports_offset": RAY_OFFSET_STEP * index, "api_key_file": key_file(settings.get("api_key_file"), name)}
         for key in ("overrides", "extra_flags", "extra_env"):
             if not isinstance(item.get(key) or {}, dict):
                 findings.error("all", item[key], "%s: %s must be a mapping, got %r" % (label, key, item[key]))
@@ -128,16 +134,23 @@ def expand(deployments, settings, groups, findings):
     return entries
 
 
-def planner_inputs(base, entry, profile):
+def planner_inputs(base, entry, profile, probes=None, key_digest=None):
     """The planner's inputs for one deployment: the cluster's, narrowed to the deployment's nodes, with its settings,
-    profile, backend and overrides (the deployment's own win over the cluster's)."""
+    profile, backend and overrides (the deployment's own win over the cluster's). ``probes`` maps a host to what its
+    probe read for this deployment (its containers, its vLLM, its model); the head's gives the model's config."""
     hosts = entry["hosts"]
+    probes = probes or {}
+    head_probe = probes.get(entry["head"]) or {}
     if entry["served_name"]:  # the name the gateway routes by, instead of the profile's
         profile = dict(profile, model=dict(profile["model"], served_name=str(entry["served_name"])))
     inputs = dict(base)
     inputs.update(
         groups={"spark_cluster": list(hosts), "spark_head": hosts[:1], "spark_workers": hosts[1:]},
-        head_hosts=hosts[:1], order=list(hosts), nodes={h: base["nodes"][h] for h in hosts if h in base["nodes"]},
+        head_hosts=hosts[:1], order=list(hosts),
+        nodes={h: dict(base["nodes"][h], **(probes.get(h) or {})) for h in hosts if h in base["nodes"]},
+        model_config=head_probe.get("model_config") or base.get("model_config"),
+        weights_bytes=head_probe.get("weights_bytes") or base.get("weights_bytes"),
+        image_info=head_probe.get("image") or base.get("image_info"), api_key_digest=key_digest,
         profile=profile, profile_file=entry["profile_file"],
         backend=entry["backend"] or profile.get("backend") or base.get("backend") or "ray",
         settings=dict(base.get("settings") or {}, **entry["settings"]),
@@ -222,11 +235,12 @@ def check_memory(entries, plans, findings):
     return figures
 
 
-def gateway(entries, plans, settings):
+def gateway(entries, plans, settings, key_digests=None):
     """The gateway on the first deployment's head, on the cluster's own port: one route per served model name to its
     deployment's endpoint (on the same head at the address vLLM binds, on another head at its URL), and the container
-    that serves them. The backends' keys stay on their heads, in their deployments' key files; the plan names the
-    files, never a key (module_utils/gateway.py)."""
+    that serves them. Each route names the controller's file of its deployment's key, never a key
+    (module_utils/gateway.py); the container's config_hash label covers the routes and a digest of every key
+    (``key_digests``, the clients' under ""), so a new key or route recreates it and nothing else does."""
     first = entries[0]
     routes, names = [], {}
     for entry in entries:
@@ -237,7 +251,7 @@ def gateway(entries, plans, settings):
         served = model.get("served_name") or model.get("id")
         base = "http://" + endpoint.get("local_address", "") if entry["head"] == first["head"] else endpoint.get("url", "")
         routes.append({"model": served, "deployment": entry["name"], "api_base": base + "/v1", "health_url": base + "/health",
-                       "api_key_file": (head.get("paths") or {}).get("api_key_file"), "head": entry["head"]})
+                       "api_key_file": endpoint.get("api_key_file"), "head": entry["head"]})
         names.setdefault(served, []).append(entry["name"])
     endpoint = ((plans.get(first["name"]) or {}).get("cluster") or {}).get("endpoint") or {}
     bind = endpoint.get("bind_address") or "0.0.0.0"
@@ -245,22 +259,25 @@ def gateway(entries, plans, settings):
     folder = node_paths(settings, first["head"], None)["state_dir"] + "/gateway"
     given = settings.get("gateway") or {}
     image = given.get("image") or "dgx-spark-vllm/litellm:%s" % gateway_utils.LITELLM_VERSION
+    interval = int(given.get("health_check_interval") or gateway_utils.DEFAULTS["health_check_interval"])
     spec = gateway_utils.container("%s-gateway" % settings["cluster_name"], image, bind, settings["port"],
                                    folder + "/config.yaml", labels(settings, first["head"], "gateway"))
+    spec["labels"][LABEL + ".config_hash"] = digest({"container": spec, "routes": routes, "interval": interval,
+                                                     "keys": sorted((k, v) for k, v in (key_digests or {}).items())})
     return {"enabled": gateway_utils.enabled(given.get("enabled"), len(entries)), "host": first["head"], "port": settings["port"],
             "url": endpoint_url(settings, advertised), "folder": folder, "config_file": folder + "/config.yaml",
             "client_key_file": settings.get("api_key_file"),
-            "health_check_interval": int(given.get("health_check_interval") or gateway_utils.DEFAULTS["health_check_interval"]),
+            "health_check_interval": interval,
             "container": spec, "routes": routes, "duplicate_models": {m: d for m, d in names.items() if len(d) > 1}}
 
 
-def combine(entries, settings, settings_of, plans, findings):
+def combine(entries, settings, settings_of, plans, findings, key_digests=None):
     """Across the deployments' plans: ports and memory on shared nodes, served names, and the gateway's routes (on
     the cluster's own port, vllm_port: the URL clients knew stays theirs)."""
     gateway_port = [(entries[0]["head"], settings["port"], "the gateway's port (vllm_port)")] if entries else []
     check_ports(entries, settings_of, plans, findings, gateway_port)
     shared = check_memory(entries, plans, findings)
-    routes = gateway(entries, plans, settings) if entries else None
+    routes = gateway(entries, plans, settings, key_digests) if entries else None
     for model, names in (routes or {}).get("duplicate_models", {}).items():
         findings.error("all", model, "deployments %s all serve the model name %s; the gateway routes by name, so give each "
                        "its own served_name (in vllm_deployments, or its profile's model.served_name)" % (" and ".join(names), model))

@@ -180,24 +180,23 @@ def make_plan(inputs, stage="full"):
     return finish(result, findings, inputs)
 
 
-def make_fleet_plan(inputs, deployments, profiles_of, stage="full"):
+def make_fleet_plan(inputs, deployments, profiles_of, stage="full", probes=None, key_digests=None):
     """Several deployments (vllm_deployments, module_utils/fleet.py): each planned on its own, as if it were the whole
     cluster, then what none of them sees alone: names, ports and memory on the nodes they share, and the gateway.
-    ``profiles_of`` maps each deployment's name to its loaded profile. Each error names its deployment."""
+    ``profiles_of`` maps each deployment's name to its loaded profile, ``probes`` each to its hosts' probe facts,
+    ``key_digests`` each to a digest of its own vLLM key (fleet.key_file).
+    Each error names its deployment."""
     settings = normalize_settings(inputs.get("settings"))
     settings["monitoring"] = monitoring.settings(settings.get("monitoring"))[0]
     findings = Findings()
-    if not settings["offline"]:
-        findings.error("all", None, "vllm_deployments: several deployments are planned offline only for now (plan.yml -e "
-                       "dgx_spark_offline=true); serving them is not built yet, so serve.yml refuses before any change. "
-                       "Take vllm_deployments out to serve one deployment (docs/multi-model.md)")
     entries = fleet.expand(deployments, settings, inputs.get("groups") or {}, findings)
     plans, settings_of = {}, {}
     for entry in entries if not findings.errors else []:
         if entry["name"] not in profiles_of:
             findings.error("all", entry["name"], "deployment %s: its profile was not found" % entry["name"])
             continue
-        given = fleet.planner_inputs(inputs, entry, profiles_of[entry["name"]])
+        given = fleet.planner_inputs(inputs, entry, profiles_of[entry["name"]], (probes or {}).get(entry["name"]),
+                                       (key_digests or {}).get(entry["name"]))
         plans[entry["name"]] = make_plan(given, stage)
         settings_of[entry["name"]] = dict(normalize_settings(given["settings"]), monitoring=settings["monitoring"])
         for error in plans[entry["name"]]["errors"]:
@@ -206,7 +205,8 @@ def make_fleet_plan(inputs, deployments, profiles_of, stage="full"):
             findings.warn("deployment %s: %s" % (entry["name"], warning))
     result = {"stage": stage, "fleet": True, "deployments": plans, "head": entries[0]["head"] if entries else None}
     if entries and not findings.errors:
-        result.update(fleet.combine(entries, settings, settings_of, plans, findings))
+        result.update(fleet.combine(entries, settings, settings_of, plans, findings,
+                                    dict(key_digests or {}, **{"": inputs.get("api_key_digest")})))
     result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
     return result
 

@@ -57,7 +57,7 @@ def test_two_deployments_on_the_same_two_nodes_each_get_their_own_names_ports_an
     routes = {r["model"]: r for r in plan["gateway"]["routes"]}
     assert sorted(routes) == ["sim-tiny", "sim-tiny-coder"]
     assert routes["sim-tiny-coder"]["api_base"] == "http://192.168.1.101:8002/v1"  # vLLM's bind address on the same head
-    assert routes["sim-tiny-coder"]["api_key_file"].endswith("/dgx-spark-coder/secrets/vllm_api_key")
+    assert routes["sim-tiny-coder"]["api_key_file"].endswith("/.secrets/vllm_api_key-coder")  # its own key, on the controller
     # memory is summed on both shared nodes: each asks its pool and processes of the same MemAvailable
     shared = plan["shared_nodes"]["spark2"]
     assert shared["deployments"] == ["chat", "coder"] and set(shared["starting"]) == {"chat", "coder"}
@@ -140,11 +140,21 @@ def test_monitoring_is_refused_with_several_deployments_rather_than_run_twice(tm
                               "on the same ports); set vllm_monitoring: false with vllm_deployments"]
 
 
-def test_serving_several_deployments_is_refused_before_any_change_until_it_is_built(tmp_path):
-    inputs = cluster(tmp_path)
-    inputs["settings"]["offline"] = False
-    plan = planner.make_fleet_plan(inputs, copy.deepcopy(TWO), {"chat": tiny(), "coder": tiny("sim-tiny-coder")})
-    assert not plan["ok"] and messages(plan)[0].startswith("vllm_deployments: several deployments are planned offline only for now")
+def test_a_new_key_for_one_deployment_restarts_only_that_deployment_and_the_gateway(tmp_path):
+    def planned(coder_key):
+        inputs = cluster(tmp_path)
+        inputs["api_key_digest"] = "client"
+        return planner.make_fleet_plan(inputs, copy.deepcopy(TWO), {"chat": tiny(), "coder": tiny("sim-tiny-coder")},
+                                       key_digests={"chat": "chat-1", "coder": coder_key})
+
+    def hashes(plan):
+        return ({name: p["cluster"]["serve_config_hash"] for name, p in plan["deployments"].items()},
+                plan["gateway"]["container"]["labels"]["dgx_spark.vllm.config_hash"])
+
+    before, after = hashes(planned("coder-1")), hashes(planned("coder-2"))
+    assert before[0]["chat"] == after[0]["chat"] and before[0]["coder"] != after[0]["coder"]
+    assert before[1] != after[1]  # the gateway holds the coder's key: it is recreated with it
+    assert hashes(planned("coder-1")) == before  # and nothing changes when nothing did
 
 
 def test_the_gateway_serves_every_route_on_the_clusters_port_and_holds_the_keys_only_in_its_file(tmp_path):
