@@ -165,8 +165,10 @@ class ActionModule(ActionBase):
 
     def paths(self, result, args, task_vars):
         """stage=paths: names and paths only, no profile (teardown.yml, status.yml)."""
-        dummy, heads, order, nodes = inventory_nodes(task_vars, args)
-        plan = planner.cluster_paths({"head_hosts": heads, "order": order, "nodes": nodes, "settings": args["settings"]})
+        groups, heads, order, nodes = inventory_nodes(task_vars, args)
+        given = {"head_hosts": heads, "order": order, "nodes": nodes, "settings": args["settings"],
+                 "groups": {g: list(groups.get(g) or []) for g in ("spark_cluster", args["head_group"], args["worker_group"])}}
+        plan = planner.fleet_paths(given, args["deployments"]) if args["deployments"] else planner.cluster_paths(given)
         result.update(plan=plan, plan_text=[], changed=False)
         if plan["errors"] and args["fail_on_error"]:
             result.update(failed=True, msg="; ".join(e["message"] for e in plan["errors"]))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files, nccl_log, parity, status
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import bench, canary, deployments, perftest, recover, ring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import bench, canary, deployments, gateway, perftest, recover, ring
 
 
 def env_parity(planned, actual, what="container"):
@@ -157,6 +157,15 @@ def ring_ends(given, hosts):
             for host, ends in ring.plan(given, list(hosts))["ends"].items()}
 
 
+def gateway_config(routes, keys, client_key, interval):
+    """The gateway's configuration file (its keys in it: only a no_log task may use this)."""
+    missing = sorted(r["deployment"] for r in routes if not (keys.get(r["deployment"]) or "").strip())
+    if missing or not (client_key or "").strip():
+        raise AnsibleFilterError("the gateway needs every key: the key file of %s is empty"
+                                 % (", ".join("deployment " + m for m in missing) or "the cluster (vllm_api_key)"))
+    return gateway.config_text(routes, {k: v.strip() for k, v in keys.items()}, client_key.strip(), interval)
+
+
 class FilterModule:
     """dgx_spark.vllm verification filters."""
 
@@ -190,4 +199,5 @@ class FilterModule:
             "ring_table": ring_table,
             "perftest_argv": perftest_argv,
             "perftest_verdict": perftest_verdict,
+            "gateway_config": gateway_config,
         }

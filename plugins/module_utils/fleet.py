@@ -115,7 +115,9 @@ def expand(deployments, settings, groups, findings):
         own = {"cluster_name": "%s-%s" % (settings["cluster_name"], name),
                "port": settings["port"] + 1 + index, "ray_port": settings["ray_port"] + RAY_OFFSET_STEP * index,
                "master_port": settings["master_port"] + index, "rsync_port": settings["rsync_port"] + index,
-               "ray_ports_offset": RAY_OFFSET_STEP * index, "api_key_file": key_file(settings.get("api_key_file"), name)}
+               "ray_ports_offset": RAY_OFFSET_STEP * index, "api_key_file": key_file(settings.get("api_key_file"), name),
+               # its plan.json, summary, logs, canary reference and last-known-good record, apart from the others'
+               "artifacts_dir": "%s/%s" % (settings["artifacts_dir"], name) if settings.get("artifacts_dir") else None}
         for key in ("overrides", "extra_flags", "extra_env"):
             if not isinstance(item.get(key) or {}, dict):
                 findings.error("all", item[key], "%s: %s must be a mapping, got %r" % (label, key, item[key]))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from urllib.parse import urlsplit
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import bench
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import monitoring
@@ -95,6 +96,28 @@ def cluster_paths(inputs):
                           "reports": reports(settings),
                           "expected_ips": [str(inputs["nodes"][n].get("fabric_ip")) for n in order],
                           "endpoint": {"url": url, "api_key_file": settings["api_key_file"]}}}
+    return finish(result, findings)
+
+
+def fleet_paths(inputs, deployments):
+    """cluster_paths for several deployments (teardown.yml, status.yml): each deployment's names and paths, as its
+    plan has them, and the gateway's container and folder on the first deployment's head. Needs no profile."""
+    settings = normalize_settings(inputs.get("settings"))
+    findings = Findings()
+    entries = fleet.expand(deployments, dict(settings, monitoring={}), inputs.get("groups") or {}, findings)
+    result = {"stage": "paths", "fleet": True, "deployments": {}, "deployment_order": [e["name"] for e in entries]}
+    for entry in entries if not findings.errors else []:
+        given = fleet.planner_inputs(inputs, entry, {"model": {}})
+        result["deployments"][entry["name"]] = plan = cluster_paths(given)
+        for error in plan["errors"]:
+            findings.error(error["host"], error["value"], "deployment %s: %s" % (entry["name"], error["message"]))
+    if entries and not findings.errors:
+        first = result["deployments"][entries[0]["name"]]
+        result["head"] = first["head"]
+        result["gateway"] = {"host": first["head"], "container": "%s-gateway" % settings["cluster_name"],
+                             "folder": node_paths(settings, first["head"], None)["state_dir"] + "/gateway",
+                             "url": endpoint_url(settings, urlsplit(first["cluster"]["endpoint"]["url"]).hostname),
+                             "api_key_file": settings["api_key_file"]}
     return finish(result, findings)
 
 
