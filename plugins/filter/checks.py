@@ -42,6 +42,10 @@ def status_report(nodes, ray=None, endpoint=None):
     return status.report(nodes, ray, endpoint)
 
 
+def status_fleet(states, gateway=None):
+    return status.fleet_report(states, gateway)
+
+
 def recover_decision(state, backend="ray"):
     """recover.yml's decision from state.yml's ``cluster_state``."""
     return recover.decide(state["nodes"], state["head"], state.get("ray"), state.get("vllm"), state.get("endpoint"), backend)
@@ -178,6 +182,7 @@ class FilterModule:
             "nccl_transport": nccl_transport,
             "status_report": status_report,
             "status_node": status_node,
+            "status_fleet": status_fleet,
             "recover_decision": recover_decision,
             "recover_refusal": recover_refusal,
             "canary_keep": canary_keep,

@@ -81,3 +81,31 @@ def node(entry):
         except ValueError:
             continue
     return {"fabric_ip": ip, "reachable": reachable, "containers": rows, "boot": probed.get("next_boot")}
+
+
+def fleet_report(states, gateway=None):
+    """status.yml's report. ``states``: each deployment's state.yml state by name ('' alone: no vllm_deployments,
+    the single report as it always was); ``gateway``: {url, status, models} from the gateway's /v1/models with the
+    clients' key (None without vllm_deployments). Healthy when every deployment is, and the gateway lists every
+    model a deployment serves."""
+    if list(states) == [""]:
+        return report(states[""]["nodes"], states[""].get("ray"), states[""].get("endpoint"))
+    lines, healthy, served, unhealthy = [], True, [], []
+    for name, state in states.items():
+        one = report(state["nodes"], state.get("ray"), state.get("endpoint"))
+        lines.append("Deployment %s (head %s):" % (name, state.get("head")))
+        lines += ["  " + line for line in one["lines"]]
+        healthy = healthy and one["healthy"]
+        unhealthy += one["unhealthy_nodes"]
+        served += (state.get("endpoint") or {}).get("models") or []
+    gateway = gateway or {}
+    missing = [m for m in served if m not in (gateway.get("models") or [])]
+    if gateway.get("status") == 200 and not missing:
+        lines.append("Gateway %s/v1: routes %s" % (gateway.get("url"), ", ".join(gateway.get("models") or [])))
+    else:
+        healthy = False
+        lines.append("Gateway %s/v1: NOT OK (%s)" % (gateway.get("url"), "does not list %s" % ", ".join(missing) if gateway.get("status") == 200
+                                                     else "answered %s to /v1/models with the clients' key" % gateway.get("status")))
+    lines.append("Healthy" if healthy else "NOT healthy: run playbooks/serve.yml to restore service%s" % (
+        (" (" + ", ".join(sorted(set(unhealthy))) + ")") if unhealthy else ""))
+    return {"healthy": healthy, "lines": lines, "unhealthy_nodes": sorted(set(unhealthy))}
