@@ -219,7 +219,7 @@ def make_fleet_plan(inputs, deployments, profiles_of, stage="full", probes=None,
             findings.error("all", entry["name"], "deployment %s: its profile was not found" % entry["name"])
             continue
         given = fleet.planner_inputs(inputs, entry, profiles_of[entry["name"]], (probes or {}).get(entry["name"]),
-                                       (key_digests or {}).get(entry["name"]))
+                                     (key_digests or {}).get(entry["name"]))
         plans[entry["name"]] = make_plan(given, stage)
         settings_of[entry["name"]] = dict(normalize_settings(given["settings"]), monitoring=settings["monitoring"])
         for error in plans[entry["name"]]["errors"]:

@@ -11,7 +11,8 @@ def test_every_filter_is_registered():
                                                     "perftest_argv", "perftest_verdict", "recover_decision", "recover_refusal",
                                                     "last_known_good", "deployment_vars", "canary_keep", "canary_verdict",
                                                     "deployment_restore", "deployment_change", "kept_images_to_remove",
-                                                    "upgrade_failure_line", "upgrade_report", "bench_sweep", "bench_argv", "bench_rows"}
+                                                    "upgrade_failure_line", "upgrade_report", "bench_sweep", "bench_argv", "bench_rows",
+                                                    "status_fleet", "gateway_config"}
 
 
 def test_started_env_reads_what_docker_container_returned_and_skips_kept_ones():
@@ -75,3 +76,13 @@ def test_perftest_runs_the_server_on_end_b_and_the_client_on_end_a():
     assert checks.perftest_argv(ends, "client")[-1] == "192.168.10.2"
     table = " #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]\n 65536 5000 60.0 59.5 0.1\n"
     assert checks.perftest_verdict(table, ends).startswith("link s1:p0 <-> s2:p1: RDMA write bandwidth 59.5 Gb/s, below the 80")
+
+
+def test_the_gateway_config_refuses_an_empty_key_naming_whose():
+    import pytest
+    from ansible.errors import AnsibleFilterError
+
+    routes = [{"model": "m", "deployment": "chat", "api_base": "http://h:8001/v1"}]
+    assert '"api_key": "k"' in checks.gateway_config(routes, {"chat": "k\n"}, "client\n", 30)
+    with pytest.raises(AnsibleFilterError, match="deployment chat"):
+        checks.gateway_config(routes, {"chat": ""}, "client", 30)

@@ -193,3 +193,21 @@ def test_the_printed_plan_shows_each_deployment_the_routes_and_what_each_shared_
             "(floor 1.0 GiB)") in lines
     assert lines[-1] == "Verdict: the deployments fit together (serving several is not built yet: docs/multi-model.md)"
     assert not [line for line in lines if line.startswith("Verdict") and line != lines[-1]]  # one verdict, the whole's
+
+
+def test_teardown_and_status_name_each_deployment_and_the_gateway_without_profiles(tmp_path):
+    inputs = cluster(tmp_path)
+    paths = planner.fleet_paths(inputs, copy.deepcopy(TWO))
+    assert paths["ok"] and paths["deployment_order"] == ["chat", "coder"]
+    coder = paths["deployments"]["coder"]
+    assert coder["cluster"]["name"] == "dgx-spark-coder" and coder["nodes"]["spark2"]["containers"]["ray"] == "dgx-spark-coder-ray-spark2"
+    assert coder["cluster"]["endpoint"]["url"].endswith(":8002")
+    assert paths["gateway"]["container"] == "dgx-spark-gateway" and paths["gateway"]["host"] == "spark1"
+    assert paths["gateway"]["url"].endswith(":8000")
+    # the same names the full plan gives
+    full = fleet_plan(tmp_path)
+    assert full["deployments"]["coder"]["nodes"]["spark2"]["containers"][0]["name"] == "dgx-spark-coder-ray-spark2"
+    assert full["gateway"]["container"]["name"] == paths["gateway"]["container"]
+    assert full["gateway"]["folder"] == paths["gateway"]["folder"]
+    bad = planner.fleet_paths(inputs, [{"name": "Bad_Name", "profile": "sim_tiny", "nodes": "spark_cluster"}])
+    assert not bad["ok"] and "Bad_Name" in bad["errors"][0]["message"]

@@ -29,3 +29,27 @@ def test_status_shows_what_the_endpoint_does_now():
     out = status.report({"spark1": {"fabric_ip": "192.168.100.10", "containers": [
         {"Names": "c", "State": "running", "Status": "Up"}]}}, None, {"ready": True, "models": ["m"], "live": live})
     assert "Now (over 2s): 10.0 output tokens/s, n/a prompt tokens/s; KV cache 25.3% used; 2 running, 1 queued" in out["lines"]
+
+
+def one(models, ready=True, container_state="running"):
+    return {"head": "a", "nodes": {"a": {"fabric_ip": "1", "containers": [ps_row("x", container_state, "Up")]}},
+            "ray": {"ray": {"alive_ips": ["1"], "alive_count": 1, "gpu_total": 1}},
+            "endpoint": {"ready": ready, "models": models, "errors": [] if ready else ["not ready"]}}
+
+
+def test_without_deployments_the_report_is_the_single_one():
+    assert status.fleet_report({"": one(["m"])}, None) == status.report(one(["m"])["nodes"], one(["m"])["ray"], one(["m"])["endpoint"])
+
+
+def test_several_deployments_are_each_reported_and_the_gateway_must_list_every_model():
+    states = {"chat": one(["sim-tiny"]), "coder": one(["sim-tiny-ring"])}
+    healthy = status.fleet_report(states, {"url": "http://h:8000", "status": 200, "models": ["sim-tiny", "sim-tiny-ring"]})
+    assert healthy["healthy"] and healthy["lines"][0] == "Deployment chat (head a):" and "  Healthy" in healthy["lines"]
+    assert healthy["lines"][-2:] == ["Gateway http://h:8000/v1: routes sim-tiny, sim-tiny-ring", "Healthy"]
+    missing = status.fleet_report(states, {"url": "http://h:8000", "status": 200, "models": ["sim-tiny"]})
+    assert not missing["healthy"] and missing["lines"][-2] == "Gateway http://h:8000/v1: NOT OK (does not list sim-tiny-ring)"
+    down = status.fleet_report({"chat": one(["sim-tiny"]), "coder": one([], ready=False, container_state="exited")},
+                               {"url": "http://h:8000", "status": 200, "models": ["sim-tiny", "sim-tiny-ring"]})
+    assert not down["healthy"] and down["unhealthy_nodes"] == ["a"]
+    gone = status.fleet_report(states, {"url": "http://h:8000", "status": -1, "models": []})
+    assert gone["lines"][-2] == "Gateway http://h:8000/v1: NOT OK (answered -1 to /v1/models with the clients' key)"

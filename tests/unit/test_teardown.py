@@ -46,3 +46,15 @@ def test_containers_with_our_cluster_label_but_not_made_by_us_are_named_not_touc
     assert argv[argv.index("--filter") + 1] == "label=dgx_spark.vllm.cluster=dgx-spark" and "--filter" not in argv[argv.index("--filter") + 2:]
     answer = "dgx-spark-ray-sim-head\ttrue\nhand-made-ray\t\nother\tfalse\n"  # docker ps --format '{{.Names}}\t{{.Label ...}}'
     assert teardown.not_ours(answer) == ["hand-made-ray", "other"]
+
+
+def test_memory_another_deployment_on_the_node_holds_is_explained_but_pinned_memory_is_not():
+    # vllm_deployments: this deployment's baseline was taken before the other launched; the other's ranks still run.
+    idle = dict(memory_facts("gb10-idle.txt"), gpu_process_bytes=0)
+    other = 36 << 30
+    after = dict(idle, mem_available_bytes=idle["mem_available_bytes"] - other - (1 << 30), gpu_process_bytes=other)
+    verdict = teardown.memory_verdict("spark1", idle, after, 4)
+    assert verdict["ok"] and verdict["missing_gib"] == 1.0
+    assert verdict["message"] == "spark1: memory back to its baseline (within 4 GiB; 36.0 GiB held by GPU processes still running)"
+    pinned = dict(after, mem_available_bytes=after["mem_available_bytes"] - (30 << 30), unaccounted_bytes=30 << 30)
+    assert not teardown.memory_verdict("spark1", idle, pinned, 4)["ok"]  # memory no process holds is still named
