@@ -1,0 +1,175 @@
+"""Two models on the same two simulated nodes behind one gateway (inventories/sim-models, docs/multi-model.md): each
+deployment at TP=2 with its own Ray cluster, ports and key, LiteLLM's proxy on the head at the cluster's port. Both
+answer through one URL and one key; a re-run changes nothing; a changed deployment restarts alone; the teardown of one
+leaves the other serving; a plan that over-commits the shared nodes is refused before any change. In
+`make test-extended` (a second cluster's launches do not fit make test's budget). Leaves the nodes removed."""
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from load import Load
+from runner import ROOT, node_docker, recap, record, run
+
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
+
+INVENTORY = os.path.join(ROOT, "inventories", "sim-models")
+GATEWAY = "http://10.209.0.10:8000"
+MODELS = {"chat": "sim-tiny", "coder": "sim-tiny-ring"}
+FIRST = []
+
+
+def playbook(name, *extra, log=None, check=True):
+    return run(log or "models-" + name, ["ansible-playbook", "-i", INVENTORY, "playbooks/%s.yml" % name] + list(extra),
+               check=check, timeout=1800)
+
+
+def key(name="vllm_api_key"):
+    with open(os.path.join(INVENTORY, ".secrets", name), encoding="utf-8") as handle:
+        return handle.read().strip()
+
+
+def call(path, body=None, token=None, base=GATEWAY):
+    """(status, text) of one request; errors are answers too."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    request = urllib.request.Request(base + path, data=json.dumps(body).encode() if body else None, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def chat(model, stream=False):
+    return call("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Hello there"}],
+                                         "max_tokens": 8, "temperature": 0, "stream": stream}, key())
+
+
+def containers(node="sim-head"):
+    """The collection's containers on a node: {name: id}."""
+    return {c.name: c.id for c in node_docker(node).containers.list(filters={"label": "dgx_spark.vllm.managed=true"})}
+
+
+@pytest.fixture(scope="module", name="served")
+def fixture_served():
+    run("models-sim-up", ["ansible-playbook", "-i", INVENTORY, "playbooks/sim.yml"], timeout=1800)
+    started = time.monotonic()
+    dummy, out = playbook("serve", log="models-serve-first")
+    FIRST.append((out, time.monotonic() - started))
+    yield out
+    playbook("teardown", log="models-teardown-all", check=False)
+    run("models-sim-down", ["ansible-playbook", "-i", INVENTORY, "playbooks/sim.yml", "-e", "sim_state=absent"], check=False)
+
+
+def test_both_models_answer_through_one_url_and_one_key_and_each_backend_keeps_its_own(served):
+    status, listed = call("/v1/models", token=key())
+    assert status == 200 and sorted(m["id"] for m in json.loads(listed)["data"]) == sorted(MODELS.values())
+    answers = {}
+    for model in MODELS.values():
+        status, text = chat(model)
+        assert status == 200, text
+        answers[model] = json.loads(text)["choices"][0]["message"]["content"]
+        status, text = chat(model, stream=True)
+        chunks = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+        assert status == 200 and chunks[-1] == "[DONE]" and any(json.loads(c)["choices"] for c in chunks[:-1]), text[-300:]
+    assert answers["sim-tiny"] != answers["sim-tiny-ring"], answers  # two models, not one answering twice
+    # Without the key, or with another, the gateway answers no completion (LiteLLM without a database says 400/500).
+    assert call("/v1/chat/completions", {"model": "sim-tiny", "messages": [{"role": "user", "content": "Hi"}]})[0] >= 400
+    assert call("/v1/models", token="sk-not-the-key")[0] >= 400
+    # Each deployment's vLLM takes its own key, which clients never hold.
+    assert call("/v1/models", token=key(), base="http://10.209.0.10:8001")[0] == 401
+    assert call("/v1/models", token=key("vllm_api_key-chat"), base="http://10.209.0.10:8001")[0] == 200
+    assert call("/v1/models", token=key("vllm_api_key-coder"), base="http://10.209.0.10:8002")[0] == 200
+    out, seconds = FIRST[0]
+    record("multi-model", "serve.yml, two deployments and the gateway", "both answer through one URL", seconds)
+    assert "The gateway on sim-head serves sim-tiny, sim-tiny-ring at http://10.209.0.10:8000/v1" in out
+
+
+def test_no_key_is_in_the_gateways_container_logs_or_output(served):
+    gateway = node_docker("sim-head").containers.get("dgx-spark-gateway")
+    inspected = json.dumps(gateway.attrs)
+    logs = gateway.logs().decode(errors="replace")
+    mode = gateway.exec_run(["stat", "-c", "%a %U", "/etc/litellm/config.yaml"]).output.decode().strip()
+    assert mode == "600 root"
+    for name in ("vllm_api_key", "vllm_api_key-chat", "vllm_api_key-coder"):
+        secret = key(name)
+        assert secret not in inspected and secret not in logs and secret not in served, name
+    assert "LITELLM_OFFLINE_MODE=true" in gateway.attrs["Config"]["Env"]
+
+
+def test_memory_is_summed_on_each_shared_node_and_over_commit_is_refused_before_any_change(served):
+    with open(os.path.join(INVENTORY, ".artifacts", "plan.json"), encoding="utf-8") as handle:
+        plan = json.load(handle)
+    assert sorted(plan["shared_nodes"]) == ["sim-head", "sim-worker1"]
+    head = plan["shared_nodes"]["sim-head"]
+    assert head["deployments"] == ["chat", "coder"] and sorted(head["starting"]) == ["chat", "coder"]
+    assert head["left_bytes"] == head["mem_available_bytes"] - sum(head["starting"].values())
+    before = containers()
+    # Each fits alone on a node; together they leave the OS less than its floor.
+    greedy = [{"name": "chat", "profile": "sim_tiny", "nodes": "spark_cluster", "overrides": {"gpu_memory_utilization": 0.5}},
+              {"name": "coder", "profile": "sim_tiny_ring", "nodes": "spark_cluster",
+               "overrides": {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.5}}]
+    rc, out = playbook("serve", "-e", json.dumps({"vllm_deployments": greedy}), log="models-serve-overcommit", check=False)
+    assert rc != 0 and "nothing was changed" in out
+    assert "sim-head: deployments chat (" in out and "below the" in out and "in deployment coder's entry" in out, out[-3000:]
+    assert containers() == before  # nothing was changed
+    assert chat("sim-tiny")[0] == 200
+
+
+def test_a_second_run_changes_nothing_and_loses_no_request(served):
+    with Load(key(), streams=4, model="sim-tiny-ring") as load:
+        time.sleep(2)
+        dummy, out = playbook("serve", log="models-serve-idempotent")
+        time.sleep(2)
+    figures = load.figures()
+    assert all(h["changed"] == 0 and h["failed"] == 0 for h in recap(out).values()), recap(out)
+    assert out.count("Changes: none, every container and vLLM run as planned") == 2
+    assert figures["failed"] == 0 and figures["requests"] >= 8, figures
+    record("load", "a no-change re-run of serve.yml with two deployments", "changes nothing, restarts nothing", load=figures)
+
+
+def test_status_shows_each_deployment_and_the_gateway(served):
+    dummy, out = playbook("status")
+    assert "Deployment chat (head sim-head):" in out and "Deployment coder (head sim-head):" in out
+    assert "Endpoint: serving sim-tiny (" in out and "Endpoint: serving sim-tiny-ring (" in out
+    assert "Gateway http://10.209.0.10:8000/v1: routes sim-tiny, sim-tiny-ring" in out
+
+
+def test_a_changed_deployment_restarts_alone_while_the_other_answers(served):
+    before = containers()
+    changed = [{"name": "chat", "profile": "sim_tiny", "nodes": "spark_cluster"},
+               {"name": "coder", "profile": "sim_tiny_ring", "nodes": "spark_cluster",
+                "overrides": {"tensor_parallel_size": 2, "max_model_len": 512}}]
+    with Load(key(), streams=2, model="sim-tiny") as load:
+        dummy, out = playbook("serve", "-e", json.dumps({"vllm_deployments": changed}), log="models-serve-changed")
+    figures = load.figures()
+    after = containers()
+    assert after == before  # vLLM restarts inside coder's Ray containers; chat's and the gateway stay as they were
+    assert out.count("Changes: none, every container and vLLM run as planned") == 1 and "Changes: sim-head: start vLLM" in out
+    with open(os.path.join(INVENTORY, ".artifacts", "plan.json"), encoding="utf-8") as handle:
+        argv = json.load(handle)["deployments"]["coder"]["nodes"]["sim-head"]["serve"]["argv"]
+    assert argv[argv.index("--max-model-len") + 1] == "512"
+    assert call("/v1/models", token=key("vllm_api_key-coder"), base="http://10.209.0.10:8002")[0] == 200
+    assert figures["failed"] == 0 and figures["requests"] >= 4, figures
+
+
+def test_the_teardown_of_one_leaves_the_other_serving_throughout(served):
+    with Load(key(), streams=2, model="sim-tiny") as load:
+        time.sleep(2)
+        dummy, out = playbook("teardown", "-e", "vllm_deployment=coder")
+        time.sleep(2)
+    figures = load.figures()
+    assert figures["failed"] == 0 and figures["requests"] >= 4, figures
+    left = containers()
+    assert not [n for n in left if "-coder-" in n] and "dgx-spark-chat-ray-sim-head" in left and "dgx-spark-gateway" in left
+    assert "memory back to its baseline" in out and "held by GPU processes still running" in out
+    assert chat("sim-tiny")[0] == 200 and chat("sim-tiny-ring")[0] >= 400
+    record("load", "teardown.yml of one deployment of two", "the other answers throughout", load=figures)
+    rc, out = playbook("teardown", "-e", "vllm_deployment=nope", check=False)
+    assert rc != 0 and "vllm_deployment=nope: the inventory lists the deployments chat, coder; name one of them" in out
