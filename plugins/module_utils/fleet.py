@@ -155,7 +155,7 @@ def planner_inputs(base, entry, profile, probes=None, key_digest=None):
         image_info=head_probe.get("image") or base.get("image_info"), api_key_digest=key_digest,
         profile=profile, profile_file=entry["profile_file"],
         backend=entry["backend"] or profile.get("backend") or base.get("backend") or "ray",
-        settings=dict(base.get("settings") or {}, **entry["settings"]),
+        settings=dict(base.get("settings") or {}, **dict(entry["settings"], gateway=None)),  # the fleet's, not its own
         overrides=dict(base.get("overrides") or {}, **{k: v for k, v in entry["overrides"].items() if v not in (None, "")}),
         extra_flags=dict(base.get("extra_flags") or {}, **entry["extra_flags"]),
         extra_env=dict(base.get("extra_env") or {}, **entry["extra_env"]))

@@ -31,6 +31,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils import canary
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import deployments
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import firewall
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import fleet
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import gateway
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_commands as commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_env as environment
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import plan_nodes as nodes_check
@@ -132,6 +133,9 @@ def make_plan(inputs, stage="full"):
     if settings["monitoring"]["enabled"] and not settings["boot_start"]:
         findings.warn("vllm_monitoring: each node's figures are served by its supervisor, which vllm_boot_start: false "
                       "turns off; Prometheus scrapes vLLM only")
+    if gateway.enabled((settings.get("gateway") or {}).get("enabled"), 1):
+        findings.error("all", True, "vllm_gateway: true puts the gateway in front of vllm_deployments, and this inventory "
+                       "has none; list the one deployment there (docs/multi-model.md), or leave vllm_gateway out")
     check_inventory(inputs, findings)
     check_model(inputs, findings)
     inputs["ring"] = ring_plan(inputs, findings)

@@ -61,7 +61,8 @@ def fixture_served():
     run("models-sim-up", ["ansible-playbook", "-i", INVENTORY, "playbooks/sim.yml"], timeout=1800)
     started = time.monotonic()
     dummy, out = playbook("serve", log="models-serve-first")
-    FIRST.append((out, time.monotonic() - started))
+    with open(os.path.join(INVENTORY, ".artifacts", "plan.json"), encoding="utf-8") as handle:
+        FIRST.append((out, time.monotonic() - started, json.load(handle)))
     yield out
     playbook("teardown", log="models-teardown-all", check=False)
     run("models-sim-down", ["ansible-playbook", "-i", INVENTORY, "playbooks/sim.yml", "-e", "sim_state=absent"], check=False)
@@ -86,7 +87,7 @@ def test_both_models_answer_through_one_url_and_one_key_and_each_backend_keeps_i
     assert call("/v1/models", token=key(), base="http://10.209.0.10:8001")[0] == 401
     assert call("/v1/models", token=key("vllm_api_key-chat"), base="http://10.209.0.10:8001")[0] == 200
     assert call("/v1/models", token=key("vllm_api_key-coder"), base="http://10.209.0.10:8002")[0] == 200
-    out, seconds = FIRST[0]
+    out, seconds, dummy = FIRST[0]
     record("multi-model", "serve.yml, two deployments and the gateway", "both answer through one URL", seconds)
     assert "The gateway on sim-head serves sim-tiny, sim-tiny-ring at http://10.209.0.10:8000/v1" in out
 
@@ -104,8 +105,7 @@ def test_no_key_is_in_the_gateways_container_logs_or_output(served):
 
 
 def test_memory_is_summed_on_each_shared_node_and_over_commit_is_refused_before_any_change(served):
-    with open(os.path.join(INVENTORY, ".artifacts", "plan.json"), encoding="utf-8") as handle:
-        plan = json.load(handle)
+    plan = FIRST[0][2]  # the first serve's: both deployments started
     assert sorted(plan["shared_nodes"]) == ["sim-head", "sim-worker1"]
     head = plan["shared_nodes"]["sim-head"]
     assert head["deployments"] == ["chat", "coder"] and sorted(head["starting"]) == ["chat", "coder"]

@@ -211,3 +211,12 @@ def test_teardown_and_status_name_each_deployment_and_the_gateway_without_profil
     assert full["gateway"]["folder"] == paths["gateway"]["folder"]
     bad = planner.fleet_paths(inputs, [{"name": "Bad_Name", "profile": "sim_tiny", "nodes": "spark_cluster"}])
     assert not bad["ok"] and "Bad_Name" in bad["errors"][0]["message"]
+
+
+def test_a_gateway_asked_for_without_deployments_is_refused_and_one_deployment_may_have_it(tmp_path):
+    inputs = cluster(tmp_path, gateway={"enabled": True})
+    inputs["profile"] = tiny()
+    plan = planner.make_plan(inputs)
+    assert "vllm_gateway: true puts the gateway in front of vllm_deployments, and this inventory has none" in messages(plan)[0]
+    one = fleet_plan(tmp_path, deployments=TWO[:1], gateway={"enabled": True})
+    assert one["ok"] and one["gateway"]["enabled"] and [r["model"] for r in one["gateway"]["routes"]] == ["sim-tiny"]
