@@ -203,13 +203,19 @@ def check_memory(entries, plans, findings):
     """On a node two or more deployments share, their requests summed against the node's MemAvailable.
 
     Each plan counts on the node's whole MemAvailable. A deployment running unchanged holds its memory already
-    (MemAvailable counts it out), so only the deployments that start are summed. Returns each shared node's figures."""
+    (MemAvailable counts it out), so only the deployments that start are summed. One whose vLLM alone restarts (its
+    containers unchanged) is summed whole against the MemAvailable its old pool still holds down: the plan cannot
+    tell that pool apart from the others' on the node, so it errs on the side of the OS. Returns each shared node's
+    figures."""
     shared = {}
     for entry in entries:
-        memory = ((plans.get(entry["name"]) or {}).get("cluster") or {}).get("memory") or {}
+        plan = plans.get(entry["name"]) or {}
+        memory = (plan.get("cluster") or {}).get("memory") or {}
+        restarts = any(((node or {}).get("serve") or {}).get("change", "none") != "none" for node in (plan.get("nodes") or {}).values())
         for host in entry["hosts"]:
             node = (memory.get("nodes") or {}).get(host)
             if node:
+                node = dict(node, serving_unchanged=node["serving_unchanged"] and not restarts)
                 shared.setdefault(host, []).append((entry["name"], node, memory.get("headroom_floor_bytes") or 0))
     figures = {}
     for host, placed in sorted(shared.items()):

@@ -111,13 +111,15 @@ def test_memory_is_summed_on_each_shared_node_and_over_commit_is_refused_before_
     assert head["deployments"] == ["chat", "coder"] and sorted(head["starting"]) == ["chat", "coder"]
     assert head["left_bytes"] == head["mem_available_bytes"] - sum(head["starting"].values())
     before = containers()
-    # Each fits alone on a node; together they leave the OS less than its floor.
-    greedy = [{"name": "chat", "profile": "sim_tiny", "nodes": "spark_cluster", "overrides": {"gpu_memory_utilization": 0.5}},
-              {"name": "coder", "profile": "sim_tiny_ring", "nodes": "spark_cluster",
-               "overrides": {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.5}}]
+    # Two more deployments on the same nodes: each fits alone in what the two serving leave, not both together.
+    greedy = [{"name": "chat", "profile": "sim_tiny", "nodes": "spark_cluster"},
+              {"name": "coder", "profile": "sim_tiny_ring", "nodes": "spark_cluster", "overrides": {"tensor_parallel_size": 2}},
+              {"name": "extra1", "profile": "sim_tiny", "nodes": "spark_cluster", "served_name": "extra1"},
+              {"name": "extra2", "profile": "sim_tiny", "nodes": "spark_cluster", "served_name": "extra2"}]
     rc, out = playbook("serve", "-e", json.dumps({"vllm_deployments": greedy}), log="models-serve-overcommit", check=False)
     assert rc != 0 and "nothing was changed" in out
-    assert "sim-head: deployments chat (" in out and "below the" in out and "in deployment coder's entry" in out, out[-3000:]
+    refusal = [line for line in out.splitlines() if "sim-head: deployments extra1 (" in line]
+    assert refusal and "below the" in refusal[0] and "deployment extra2" in refusal[0], out[-3000:]
     assert containers() == before  # nothing was changed
     assert chat("sim-tiny")[0] == 200
 
