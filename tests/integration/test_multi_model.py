@@ -170,7 +170,7 @@ def test_the_teardown_of_one_leaves_the_other_serving_throughout(served):
     assert figures["failed"] == 0 and figures["requests"] >= 4, figures
     left = containers()
     assert not [n for n in left if "-coder-" in n] and "dgx-spark-chat-ray-sim-head" in left and "dgx-spark-gateway" in left
-    assert "memory back to its baseline" in out and "held by GPU processes still running" in out
+    assert out.count("memory back to its baseline") == 2  # the node that still serves chat is not named for a reboot
     assert chat("sim-tiny")[0] == 200 and chat("sim-tiny-ring")[0] >= 400
     record("load", "teardown.yml of one deployment of two", "the other answers throughout", load=figures)
     rc, out = playbook("teardown", "-e", "vllm_deployment=nope", check=False)
