@@ -2,7 +2,7 @@
 #   make sim     set up, bring up the simulated cluster and run playbooks/serve.yml on it
 #   make test    set up, then every test layer: units, static checks, molecule on the simulated cluster
 #   make fast    units and lint (the inner loop)
-#   make test-extended  the scenarios beyond make test's time budget (marker extended: the rings' serve and faults)
+#   make test-extended  the scenarios beyond make test's time budget (marker extended: the rings, faults, two models)
 SHELL := /bin/bash
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
