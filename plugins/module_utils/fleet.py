@@ -243,6 +243,15 @@ def check_memory(entries, plans, findings):
     return figures
 
 
+def gateway_place(settings, head, endpoint):
+    """Where the gateway runs and answers: its head, container, folder and URL (the first deployment's endpoint
+    moved to the cluster's own port). The plan and the playbooks that run without a profile (planner.fleet_paths)
+    both name it from here."""
+    advertised = urlsplit(endpoint.get("url") or "http://%s" % (endpoint.get("bind_address") or "0.0.0.0")).hostname
+    return {"host": head, "container": "%s-gateway" % settings["cluster_name"],
+            "folder": node_paths(settings, head, None)["state_dir"] + "/gateway", "url": endpoint_url(settings, advertised)}
+
+
 def gateway(entries, plans, settings, key_digests=None):
     """The gateway on the first deployment's head, on the cluster's own port: one route per served model name to its
     deployment's endpoint (on the same head at the address vLLM binds, on another head at its URL), and the container
@@ -254,7 +263,6 @@ def gateway(entries, plans, settings, key_digests=None):
     for entry in entries:
         plan = plans.get(entry["name"]) or {}
         endpoint = (plan.get("cluster") or {}).get("endpoint") or {}
-        head = (plan.get("nodes") or {}).get(entry["head"]) or {}
         model = plan.get("model") or {}
         served = model.get("served_name") or model.get("id")
         base = "http://" + endpoint.get("local_address", "") if entry["head"] == first["head"] else endpoint.get("url", "")
@@ -263,17 +271,16 @@ def gateway(entries, plans, settings, key_digests=None):
         names.setdefault(served, []).append(entry["name"])
     endpoint = ((plans.get(first["name"]) or {}).get("cluster") or {}).get("endpoint") or {}
     bind = endpoint.get("bind_address") or "0.0.0.0"
-    advertised = urlsplit(endpoint.get("url") or "http://%s" % bind).hostname
-    folder = node_paths(settings, first["head"], None)["state_dir"] + "/gateway"
+    place = gateway_place(settings, first["head"], endpoint)
     given = settings.get("gateway") or {}
     image = given.get("image") or "dgx-spark-vllm/litellm:%s" % gateway_utils.LITELLM_VERSION
     interval = int(given.get("health_check_interval") or gateway_utils.DEFAULTS["health_check_interval"])
-    spec = gateway_utils.container("%s-gateway" % settings["cluster_name"], image, bind, settings["port"],
-                                   folder + "/config.yaml", labels(settings, first["head"], "gateway"))
+    spec = gateway_utils.container(place["container"], image, bind, settings["port"],
+                                   place["folder"] + "/config.yaml", labels(settings, first["head"], "gateway"))
     spec["labels"][LABEL + ".config_hash"] = digest({"container": spec, "routes": routes, "interval": interval,
                                                      "keys": sorted((k, v) for k, v in (key_digests or {}).items())})
-    return {"enabled": gateway_utils.enabled(given.get("enabled"), len(entries)), "host": first["head"], "port": settings["port"],
-            "url": endpoint_url(settings, advertised), "folder": folder, "config_file": folder + "/config.yaml",
+    return {"enabled": gateway_utils.enabled(given.get("enabled"), len(entries)), "host": place["host"], "port": settings["port"],
+            "url": place["url"], "folder": place["folder"], "config_file": place["folder"] + "/config.yaml",
             "client_key_file": settings.get("api_key_file"),
             "health_check_interval": interval,
             "container": spec, "routes": routes, "duplicate_models": {m: d for m, d in names.items() if len(d) > 1}}

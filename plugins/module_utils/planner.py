@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from urllib.parse import urlsplit
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import bench
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import monitoring
@@ -115,10 +114,8 @@ def fleet_paths(inputs, deployments):
     if entries and not findings.errors:
         first = result["deployments"][entries[0]["name"]]
         result["head"] = first["head"]
-        result["gateway"] = {"host": first["head"], "container": "%s-gateway" % settings["cluster_name"],
-                             "folder": node_paths(settings, first["head"], None)["state_dir"] + "/gateway",
-                             "url": endpoint_url(settings, urlsplit(first["cluster"]["endpoint"]["url"]).hostname),
-                             "api_key_file": settings["api_key_file"]}
+        result["gateway"] = dict(fleet.gateway_place(settings, first["head"], first["cluster"]["endpoint"]),
+                                 api_key_file=settings["api_key_file"])
     return finish(result, findings)
 
 
