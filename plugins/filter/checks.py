@@ -15,10 +15,6 @@ def env_parity(planned, actual, what="container"):
     return parity.check(planned, actual, what)
 
 
-def docker_env(items):
-    return parity.parse_env_list(items)
-
-
 def environ_dump(text):
     return parity.parse_environ_dump(text)
 
@@ -36,10 +32,6 @@ def started_env(host_vars, names):
 
 def nccl_transport(text, expect_ib=True, strict=False):
     return nccl_log.verdict(text, expect_ib=expect_ib, strict=strict)
-
-
-def status_report(nodes, ray=None, endpoint=None):
-    return status.report(nodes, ray, endpoint)
 
 
 def status_fleet(states, gateway=None):
@@ -176,11 +168,9 @@ class FilterModule:
     def filters(self):
         return {
             "env_parity": env_parity,
-            "docker_env": docker_env,
             "environ_dump": environ_dump,
             "started_env": started_env,
             "nccl_transport": nccl_transport,
-            "status_report": status_report,
             "status_node": status_node,
             "status_fleet": status_fleet,
             "recover_decision": recover_decision,

@@ -17,7 +17,6 @@ route, and its background health checks mark a backend down. Two things about it
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 CONFIG_MOUNT = "/etc/litellm"
@@ -54,11 +53,6 @@ def config(routes, keys, client_key, interval):
 def config_text(routes, keys, client_key, interval):
     """The file the container reads: JSON, which is YAML too (LiteLLM reads YAML)."""
     return json.dumps(config(routes, keys, client_key, interval), indent=2, sort_keys=True) + "\n"
-
-
-def keys_digest(keys, client_key):
-    """A digest of every key: a new key restarts the gateway (it reads its file at start), and no key is in the plan."""
-    return hashlib.sha256(json.dumps([sorted(keys.items()), client_key]).encode("utf-8")).hexdigest()[:16]
 
 
 def container(name, image, bind, port, config_file, labels):

@@ -87,15 +87,3 @@ def parse_probe_output(rc, stdout, stderr, image):
     if not data.get("version"):
         raise ImageInfoError("image %s has no importable vLLM: %s" % (image, "; ".join(data.get("errors") or [])))
     return data
-
-
-def version_tuple(version):
-    """'0.32.0+cpu' -> (0, 32, 0); unparsable parts are 0."""
-    core = (version or "").split("+", 1)[0]
-    parts = []
-    for piece in core.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    while len(parts) < 3:
-        parts.append(0)
-    return tuple(parts)

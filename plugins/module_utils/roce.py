@@ -166,7 +166,3 @@ def nccl_choice(ports):
                     % ", ".join("%s:%s=%s" % (p["name"], p["port"], p["nccl_gid_index"]) for p in usable))
     return hca, None, warnings
 
-
-def ports_for_ip(ports, ipv4):
-    """The ACTIVE ports whose IPv4 RoCE v2 GIDs include ``ipv4``."""
-    return [p for p in ports if p["state"] == "ACTIVE" and ipv4 in p["ipv4_addresses"]]

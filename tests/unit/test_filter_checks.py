@@ -6,8 +6,8 @@ from helpers import read_fixture
 
 
 def test_every_filter_is_registered():
-    assert set(checks.FilterModule().filters()) == {"env_parity", "docker_env", "environ_dump", "started_env", "nccl_transport",
-                                                    "status_report", "status_node", "human_bytes", "rsync_summary", "ring_failures", "ring_ends", "ring_table",
+    assert set(checks.FilterModule().filters()) == {"env_parity", "environ_dump", "started_env", "nccl_transport",
+                                                    "status_node", "human_bytes", "rsync_summary", "ring_failures", "ring_ends", "ring_table",
                                                     "perftest_argv", "perftest_verdict", "recover_decision", "recover_refusal",
                                                     "last_known_good", "deployment_vars", "canary_keep", "canary_verdict",
                                                     "deployment_restore", "deployment_change", "kept_images_to_remove",
@@ -21,8 +21,8 @@ def test_started_env_reads_what_docker_container_returned_and_skips_kept_ones():
     assert checks.started_env(host, ["head_result", "kept_result", "absent"]) == [{"A": "1", "B": "2"}]
 
 
-def test_docker_env_and_parity():
-    env = checks.docker_env(["VLLM_HOST_IP=10.0.0.1", "X=y"])
+def test_env_parity_names_the_variable_the_value_and_the_plan():
+    env = {"VLLM_HOST_IP": "10.0.0.1", "X": "y"}
     planned = {"a": {"env_common": {}, "env_node": {"VLLM_HOST_IP": "10.0.0.2"}}}
     assert "a: VLLM_HOST_IP is '10.0.0.1' in the container, planned '10.0.0.2'" in checks.env_parity(planned, {"a": env})[0]
 

@@ -73,13 +73,6 @@ def test_missing_sysfs_root_is_named(tmp_path):
         roce.read_devices(str(tmp_path / "absent"))
 
 
-def test_ports_for_ip(tmp_path):
-    ports, dummy = ports_of("spark-one-cable.txt", tmp_path)
-    names = [p["name"] for p in roce.ports_for_ip(list(ports.values()), "192.168.101.10")]
-    assert names == ["roceP2p1s0f1"]
-    assert roce.ports_for_ip(list(ports.values()), "10.0.0.1") == []
-
-
 @pytest.mark.parametrize("text,expected", [
     ("0000:0000:0000:0000:0000:0000:0000:0000", None),
     ("fe80:0000:0000:0000:4ebb:47ff:fe0a:1b2b", None),
