@@ -165,4 +165,3 @@ def nccl_choice(ports):
                     "NCCL_IB_GID_INDEX is left unset so that NCCL picks it per device"
                     % ", ".join("%s:%s=%s" % (p["name"], p["port"], p["nccl_gid_index"]) for p in usable))
     return hca, None, warnings
-
