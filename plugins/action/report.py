@@ -4,7 +4,8 @@
 """Action plugin dgx_spark.vllm.report: write a report of this run (plan.json, summary.json) on the controller.
 
 It runs in the controller's Ansible process: no module to start, so a report costs milliseconds, not the second
-a local copy task takes. A report is not state of the cluster: the task never reports a change.
+a local copy task takes. A report is not state of the cluster: the task never reports a change. A report whose content
+is already in the file is not written again: a run that changes nothing writes nothing.
 """
 
 from __future__ import annotations
@@ -36,11 +37,19 @@ class ActionModule(ActionBase):
         if self._task.check_mode:
             result["msg"] = "check mode: %s not written" % path
             return result
+        text = json.dumps(args["data"], indent=4, sort_keys=True, default=str) + "\n"
+        try:
+            with open(path, encoding="utf-8") as handle:
+                if handle.read() == text:
+                    result["written"] = False
+                    return result
+        except (OSError, ValueError):
+            pass
+        result["written"] = True
         try:
             os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
             with os.fdopen(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
-                json.dump(args["data"], handle, indent=4, sort_keys=True, default=str)
-                handle.write("\n")
+                handle.write(text)
             os.chmod(path + ".tmp", 0o600)  # a file left by an older run keeps its mode through O_TRUNC
             os.replace(path + ".tmp", path)
         except OSError as exc:

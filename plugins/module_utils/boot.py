@@ -34,7 +34,9 @@ this collection it imports copied beside it by the vllm_boot module).
 
 from __future__ import annotations
 
+import hashlib
 import http.client
+import importlib
 import json
 import os
 import socket
@@ -74,6 +76,51 @@ def paths(state_dir, cluster):
     return {"unit": "%s/%s" % (UNIT_DIR, name), "wants": "%s/multi-user.target.wants/%s" % (UNIT_DIR, name),
             "lib": state_dir + "/boot/lib", "config": state_dir + "/boot/plan.json",
             "status": state_dir + "/boot/status.json", "hold": state_dir + "/boot/hold"}
+
+
+def lib_paths(where):
+    """The node's copy of each module the supervisor imports (LIB_MODULES), in that order."""
+    lib = where["lib"] + "/" + PACKAGE.replace(".", "/")
+    return ["%s/%s.py" % (lib, name) for name in LIB_MODULES]
+
+
+def source(name):
+    """This collection's module ``name`` as text, from wherever Python loaded it (the controller's checkout, or the zip
+    Ansible sends to a node): what the node's copy must hold."""
+    loaded = importlib.import_module(PACKAGE + "." + name)
+    text = loaded.__loader__.get_source(loaded.__name__)  # Ansible's collection loader gives bytes
+    return text.decode("utf-8") if isinstance(text, bytes) else text
+
+
+def files(boot_plan):
+    """Every file the supervisor's install writes, as (path, content, mode): its plan, its unit, its copy of the code."""
+    where = boot_plan["paths"]
+    return ([(where["config"], json.dumps(boot_plan["config"], indent=2, sort_keys=True) + "\n", 0o644),
+             (where["unit"], boot_plan["unit"], 0o644)]
+            + [(path, source(name), 0o644) for path, name in zip(lib_paths(where), LIB_MODULES)])
+
+
+def probe_paths(where):
+    """What the probe hashes so that the plan knows whether the install would change anything (``install_changes``)."""
+    return [where["config"], where["unit"], where["wants"], where["hold"]] + lib_paths(where)
+
+
+def install_changes(boot_plan, found):
+    """What installing and releasing ``boot_plan`` would change on a node whose probe found ``found`` ({path: sha256,
+    "dir" or None}, node_probe.state): the files that differ, the boot link, a hold left by an interrupted run. Empty
+    when the node holds exactly this supervisor; everything when the node was not probed. Whether it still runs is the
+    unit's business (Restart=on-failure) and status.yml's."""
+    if found is None:
+        return ["not probed"]
+    where = boot_plan["paths"]
+    changes = [path for path, content, dummy in files(boot_plan)
+               if found.get(path) != hashlib.sha256(content.encode("utf-8")).hexdigest()]
+    linked = found.get(where["wants"]) is not None  # the link read through: the unit's content
+    if bool(boot_plan.get("enabled")) != linked:
+        changes.append(where["wants"])
+    if found.get(where["hold"]) is not None:
+        changes.append(where["hold"])
+    return changes
 
 
 def command(where):

@@ -19,6 +19,8 @@ tag (the user's) keeps it, and Docker deletes the image only when no tag and no 
 
 from __future__ import annotations
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot
+
 KEPT_REPOSITORY = "dgx-spark-vllm-kept"
 
 
@@ -60,6 +62,30 @@ def same(recorded, plan):
     return (recorded.get("image_id") == cluster.get("image_id")
             and recorded.get("serve_config_hash") == cluster.get("serve_config_hash")
             and recorded.get("cluster_hash") == cluster.get("hash"))
+
+
+def commit_changes(plan, found):
+    """What serve.yml's commit step (playbooks/tasks/commit.yml) would change, one reason each; empty when the nodes
+    hold it all already, and the step is skipped: a run that changes nothing writes nothing.
+
+    The step makes the verified deployment the one the nodes bring back (each node's supervisor, module_utils/boot.py)
+    and the one an upgrade falls back to (the head's record, its images kept). ``plan["cluster"]["recorded"]`` is the
+    head's record as the probe read it; ``found`` maps each node to its probe's state (hashes of the supervisor's
+    files). Anything the apply step changes is committed again once verified."""
+    cluster = plan["cluster"]
+    reasons = ["the apply step changes the cluster"] if cluster.get("apply_needed") else []
+    recorded = cluster.get("recorded")
+    if not same(recorded, plan):
+        reasons.append("the head's last-known-good record names another deployment" if recorded else
+                       "the head has no last-known-good record")
+    elif (recorded.get("kept_image") != cluster.get("kept_image")
+          or len(recorded.get("kept_images") or []) > int(cluster.get("images_kept") or 1)):
+        reasons.append("the images kept differ from vllm_images_kept")
+    for name in plan["nodes_order"]:
+        changes = boot.install_changes(plan["nodes"][name]["boot"], found.get(name))
+        if changes:
+            reasons.append("%s: the supervisor's %s" % (name, ", ".join(c.rsplit("/", 1)[-1] for c in changes)))
+    return {"needed": bool(reasons), "reasons": reasons}
 
 
 def extra_vars(recorded):

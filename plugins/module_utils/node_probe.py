@@ -227,6 +227,18 @@ def state(paths):
     return found
 
 
+def records(paths):
+    """The collection's small JSON records on the node ({path: parsed JSON, or None when absent or unreadable})."""
+    found = {}
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                found[path] = json.load(handle)
+        except (OSError, ValueError):
+            found[path] = None
+    return found
+
+
 def devices(paths):
     """The device nodes under each of ``paths`` (what ``--device PATH`` gives a container): {path: sorted names}, or
     None for a path that is absent. An empty folder passes ``docker run --device`` and gives the container nothing."""

@@ -4,10 +4,16 @@
 """Ray cluster state as facts, without the Ray dashboard.
 
 ``ray list nodes`` needs the dashboard (kept off: its jobs API is unauthenticated remote code
-execution), and ``ray status`` is human text. The probe runs a short Python driver on a cluster node
+execution), and ``ray status`` is human text. The probe runs a short Python script on a cluster node
 that prints ``ray.nodes()`` as JSON (``NodeID``, ``Alive``, ``NodeManagerAddress``, ``Resources``
 are the keys vLLM itself relies on) and leaves with ``os._exit`` so that no shutdown handshake is
 waited for (0.4 s instead of 1.5 s).
+
+It asks the GCS's node table directly (``GcsClient.get_all_node_info``, what ``ray.nodes()`` reads,
+converted as ``ray.nodes()`` converts it): no driver joins the cluster, so a look takes 0.45 s instead
+of 1.35 s, and leaves no driver in Ray's job table. That client is Ray's own, not its public API, so
+when the image's Ray lacks it or it fails, the script falls back to a driver (``ray.init`` and
+``ray.nodes()``), whose error says what is wrong.
 """
 
 from __future__ import annotations
@@ -25,6 +31,21 @@ try:
     import ray
 except Exception as exc:
     out({"error": "import", "detail": "%s: %s" % (type(exc).__name__, exc)})
+try:
+    from ray._raylet import GcsClient
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+    from ray.core.generated import gcs_pb2
+    infos = GcsClient(address=canonicalize_bootstrap_address_or_die(sys.argv[1])).get_all_node_info(timeout=5)
+    nodes = []
+    for n in infos.values():
+        alive = n.state == gcs_pb2.GcsNodeInfo.ALIVE
+        nodes.append({"NodeID": n.node_id.hex(), "Alive": alive, "NodeManagerAddress": n.node_manager_address,
+                      "NodeManagerHostname": n.node_manager_hostname, "NodeName": n.node_name,
+                      "Resources": dict(n.resources_total) if alive else {},
+                      "DeathReasonMessage": n.death_info.reason_message})
+    out({"version": ray.__version__, "nodes": nodes})
+except Exception:
+    pass  # not this Ray's client, or no answer: a driver says why
 try:
     ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
 except Exception as exc:

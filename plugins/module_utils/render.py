@@ -84,6 +84,10 @@ def render(plan):
             lines += ["Environment drift: %s" % drift for drift in cluster.get("env_drift") or []]
             if cluster.get("join_gate_proven"):
                 lines.append("Join gate: every node and GPU has joined Ray (read by the head's probe)")
+            commit = cluster.get("commit") or {}
+            if "needed" in commit:
+                lines.append("Commit once verified: %s" % ("; ".join(commit["reasons"]) if commit["needed"]
+                                                            else "nothing, the nodes bring back and record this deployment"))
         memory = cluster.get("memory")
         if memory:
             lines += render_memory(memory)

@@ -85,6 +85,13 @@ options:
     type: list
     elements: path
     default: []
+  records:
+    description:
+      - Small JSON files the collection keeps on the node (the head's last-known-good record); RV(records) gives each one
+        parsed. The cluster keeps its own state, so a run needs nothing kept on the controller to know what serves.
+    type: list
+    elements: path
+    default: []
   devices:
     description:
       - Host paths the containers get with C(--device) (a Spark's C(/dev/infiniband)); RV(devices) lists the device nodes
@@ -175,6 +182,10 @@ state:
   description: For each of O(paths), C(dir), the file's sha256, or null when absent.
   type: dict
   returned: always
+records:
+  description: For each of O(records), the file's JSON, or null when absent or not JSON.
+  type: dict
+  returned: always
 devices:
   description: For each of O(devices), the names of the character devices there (a device path gives its own name), or
     null when absent.
@@ -237,6 +248,7 @@ def main():
             model=dict(type="str"),
             revision=dict(type="str"),
             paths=dict(type="list", elements="path", default=[]),
+            records=dict(type="list", elements="path", default=[]),
             devices=dict(type="list", elements="path", default=[]),
             ray_container=dict(type="str"),
             docker=dict(type="str", default="docker"),
@@ -263,7 +275,7 @@ def main():
     result = dict(changed=False, memory=memory, roce=roce,
                   docker=node_probe.docker_info(runner, docker), image_id=None, image=None, docker_ps=[], container_env={},
                   listening=node_probe.lines(runner, ["ss", "-H", "-t", "-l", "-n"]), vllm=None, model_config=None, weights_bytes=None,
-                  state=node_probe.state(p["paths"]), devices=node_probe.devices(p["devices"]),
+                  state=node_probe.state(p["paths"]), records=node_probe.records(p["records"]), devices=node_probe.devices(p["devices"]),
                   interfaces=found_interfaces, addresses=node_probe.addresses(found_interfaces),
                   connection_interface=node_probe.connection_interface(found_interfaces, os.environ.get("SSH_CONNECTION")),
                   resolved=node_probe.resolve(p["resolve"]) if p["resolve"] else None)

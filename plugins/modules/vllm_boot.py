@@ -81,7 +81,6 @@ next_boot:
   type: dict
 """
 
-import importlib
 import json
 import os
 import time
@@ -101,13 +100,6 @@ def read(path):
         return None
 
 
-def source(name):
-    """This collection's module ``name`` as text, from wherever Ansible loaded it (a zip on the node): boot imports
-    every one of them, so AnsiballZ carries them all."""
-    loaded = importlib.import_module(boot.PACKAGE + "." + name)
-    return loaded.__loader__.get_source(loaded.__name__)
-
-
 def supervisor_pid(status, config_path):
     """The running supervisor's PID (its status file names it; its command line must name this plan file)."""
     pid = (status or {}).get("pid")
@@ -123,10 +115,7 @@ class Supervisor:
         self.systemd = os.path.isdir("/run/systemd/system")
 
     def wanted_files(self):
-        files = [(self.where["config"], json.dumps(self.plan["config"], indent=2, sort_keys=True) + "\n", 0o644),
-                 (self.where["unit"], self.plan["unit"], 0o644)]
-        lib = self.where["lib"] + "/" + boot.PACKAGE.replace(".", "/")
-        return files + [("%s/%s.py" % (lib, name), source(name), 0o644) for name in boot.LIB_MODULES]
+        return boot.files(self.plan)  # boot imports every module it copies, so AnsiballZ carries them all
 
     def status(self):
         try:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot, canary, planner, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot, canary, node_probe, planner, profiles
 
 from helpers import read_fixture, run_module, spark_inputs
 
@@ -266,8 +266,13 @@ def test_the_module_installs_starts_holds_releases_and_removes_only_its_files(tm
         assert json.loads(open(where["status"]).read())["state"] == "serving"  # the copied code really ran
         again = run_module("vllm_boot", {"boot": spec})
         assert not again["changed"] and again["running"] and again["written"] == []
+        # What the probe reads of the installed files tells the planner that installing again changes nothing.
+        assert boot.install_changes(spec, node_probe.state(boot.probe_paths(where))) == []
+        other = dict(spec, config=dict(spec["config"], interval=2))
+        assert boot.install_changes(other, node_probe.state(boot.probe_paths(where))) == [where["config"]]
         held = run_module("vllm_boot", {"boot": spec, "state": "held", "holder": "serve.yml"})
         assert held["changed"] and open(where["hold"]).read().startswith("serve.yml since ")
+        assert boot.install_changes(spec, node_probe.state(boot.probe_paths(where))) == [where["hold"]]  # released by a commit
         deadline = time.time() + 15
         while time.time() < deadline and json.loads(open(where["status"]).read())["state"] != "held":
             time.sleep(0.2)
@@ -279,6 +284,7 @@ def test_the_module_installs_starts_holds_releases_and_removes_only_its_files(tm
         gone = run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})
     assert gone["changed"] and not gone["running"]
     assert sorted(os.listdir(tmp_path / "state/boot")) == ["other"] and not os.path.lexists(where["wants"])
+    assert len(boot.install_changes(spec, node_probe.state(boot.probe_paths(where)))) == 3 + len(boot.LIB_MODULES)
     (tmp_path / "state/boot/other").unlink()
     run_module("vllm_boot", {"boot": spec})
     run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})

@@ -4,7 +4,7 @@ from the seed profiles."""
 import json
 import os
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import deployments, planner, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot, deployments, planner, profiles
 
 from helpers import spark_inputs
 
@@ -125,3 +125,37 @@ def test_a_refused_plan_never_carries_the_extra_flags_or_env_it_was_given(tmp_pa
     refused = planner.make_plan(inputs)
     assert not refused["ok"] and "leak-me-not" not in json.dumps(refused)
     assert "extra_flags" not in refused and "extra_env" not in refused
+
+
+def installed(plan):
+    """Each node's probe state of a node holding exactly the plan's supervisor (its files' hashes, the boot link)."""
+    import hashlib
+    found = {}
+    for name in plan["nodes_order"]:
+        spec = plan["nodes"][name]["boot"]
+        state = {path: hashlib.sha256(content.encode("utf-8")).hexdigest() for path, content, dummy in boot.files(spec)}
+        state[spec["paths"]["wants"]] = state[spec["paths"]["unit"]]
+        state[spec["paths"]["hold"]] = None
+        found[name] = state
+    return found
+
+
+def test_a_run_that_changes_nothing_commits_nothing_and_any_difference_commits_again(tmp_path):
+    plan = plan_with(tmp_path)
+    first = deployments.commit_changes(plan, {})
+    assert first["needed"] and "the head has no last-known-good record" in first["reasons"]
+    assert "spark1: the supervisor's not probed" in first["reasons"]
+    plan["cluster"].update(recorded=deployments.record(plan), apply_needed=False)
+    found = installed(plan)
+    assert deployments.commit_changes(plan, found) == {"needed": False, "reasons": []}
+    other = plan_with(tmp_path, NEW_ID)  # another image: another deployment
+    other["cluster"].update(recorded=plan["cluster"]["recorded"], apply_needed=False)
+    assert deployments.commit_changes(other, installed(other))["reasons"] == [
+        "the head's last-known-good record names another deployment"]
+    held = {n: dict(s) for n, s in found.items()}
+    hold = plan["nodes"]["spark2"]["boot"]["paths"]["hold"]
+    held["spark2"][hold] = "e3b0c442"  # an interrupted run left its hold
+    assert deployments.commit_changes(plan, held)["reasons"] == ["spark2: the supervisor's hold"]
+    plan["cluster"]["images_kept"] = 1
+    plan["cluster"]["recorded"]["kept_images"] = ["dgx-spark-vllm-kept:dgx-spark-" + "9" * 12, plan["cluster"]["kept_image"]]
+    assert deployments.commit_changes(plan, found)["reasons"] == ["the images kept differ from vllm_images_kept"]

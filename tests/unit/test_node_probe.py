@@ -113,3 +113,11 @@ def test_addresses_are_the_nodes_ipv4_addresses():
 def test_resolve_uses_the_nodes_resolver():
     assert node_probe.resolve("127.0.0.1") == ["127.0.0.1"]
     assert node_probe.resolve("name.that.does.not.resolve.invalid") == []
+
+
+def test_records_are_read_as_json_and_a_missing_or_broken_one_is_none(tmp_path):
+    good, broken = tmp_path / "last-known-good.json", tmp_path / "broken.json"
+    good.write_text('{"image_id": "sha256:ab", "kept_images": []}\n')
+    broken.write_text('{"image_id": ')
+    assert node_probe.records([str(good), str(broken), str(tmp_path / "absent.json")]) == {
+        str(good): {"image_id": "sha256:ab", "kept_images": []}, str(broken): None, str(tmp_path / "absent.json"): None}
