@@ -581,6 +581,7 @@ def test_a_killed_rank_comes_back_by_itself_or_by_recover(client):
     assert supervisor("sim-head", "serving")
 
 
+@pytest.mark.extended  # the runtime image's 4 GB stream to a worker takes about three minutes here
 def test_an_image_removed_on_a_worker_is_sent_again_by_the_next_serve(client):
     image = "dgx-spark-sim/runtime:sim"
     started = time.monotonic()

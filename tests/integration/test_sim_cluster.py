@@ -13,7 +13,9 @@ import pytest
 
 from runner import run
 
-pytestmark = pytest.mark.slow
+# The simulator's own scenarios (a third cluster of three nodes, each with an image store of its own: minutes per node
+# on a cold machine). Every test of make test drives sim.yml on the default cluster; these run in make test-extended.
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 ROOT_DIR = "/var/lib/dgx-spark-sim3"
 NODES = {"sim3-head": ("10.211.0.10", 3), "sim3-w1": ("10.211.0.11", 5), "sim3-w2": ("10.211.0.12", 5)}  # fabric IP, GID index
