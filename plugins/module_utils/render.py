@@ -86,8 +86,8 @@ def render(plan):
                 lines.append("Join gate: every node and GPU has joined Ray (read by the head's probe)")
             commit = cluster.get("commit") or {}
             if "needed" in commit:
-                lines.append("Commit once verified: %s" % ("; ".join(commit["reasons"]) if commit["needed"]
-                                                            else "nothing, the nodes bring back and record this deployment"))
+                said = "; ".join(commit["reasons"]) if commit["needed"] else "nothing, the nodes bring back and record this deployment"
+                lines.append("Commit once verified: %s" % said)
         memory = cluster.get("memory")
         if memory:
             lines += render_memory(memory)

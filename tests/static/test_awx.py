@@ -32,16 +32,18 @@ def module_options(name):
     return json.loads(out)[name]["doc"]["options"]
 
 
-def role_entry_points(playbook):
+def role_entry_points(playbook, folder="playbooks"):
     """(role, entry point) for every role a playbook runs: roles: lists, include_role and import_role, also in the
-    playbooks and task files it imports."""
+    playbooks and task files it imports or includes (a task file's own includes are relative to its folder)."""
     found = []
+    here = os.path.dirname(os.path.join(folder, playbook))
 
     def walk(node):
         if isinstance(node, dict):
-            for key in ("ansible.builtin.import_playbook", "import_playbook", "ansible.builtin.import_tasks", "import_tasks"):
-                if key in node:  # a playbook, or a task file of playbooks/tasks/ (serve.yml's and upgrade.yml's steps)
-                    found.extend(role_entry_points(node[key]))
+            for key in ("ansible.builtin.import_playbook", "import_playbook", "ansible.builtin.import_tasks", "import_tasks",
+                        "ansible.builtin.include_tasks", "include_tasks"):
+                if key in node and "{{" not in str(node[key]):  # serve.yml's and upgrade.yml's steps in playbooks/tasks/
+                    found.extend(role_entry_points(os.path.basename(node[key]), os.path.join(here, os.path.dirname(node[key]))))
             for key in ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role"):
                 if key in node:
                     args = node[key]
@@ -55,7 +57,7 @@ def role_entry_points(playbook):
             for value in node:
                 walk(value)
 
-    walk(load("playbooks", playbook))
+    walk(load(os.path.normpath(os.path.join(folder, playbook))))
     return found
 
 
