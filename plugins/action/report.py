@@ -41,6 +41,7 @@ class ActionModule(ActionBase):
         try:
             with open(path, encoding="utf-8") as handle:
                 if handle.read() == text:
+                    os.chmod(path, 0o600)  # a file left by an older run keeps no wider mode
                     result["written"] = False
                     return result
         except (OSError, ValueError):

@@ -105,22 +105,51 @@ def probe_paths(where):
     return [where["config"], where["unit"], where["wants"], where["hold"]] + lib_paths(where)
 
 
-def install_changes(boot_plan, found):
+def install_changes(boot_plan, found, running=None):
     """What installing and releasing ``boot_plan`` would change on a node whose probe found ``found`` ({path: sha256,
-    "dir" or None}, node_probe.state): the files that differ, the boot link, a hold left by an interrupted run. Empty
-    when the node holds exactly this supervisor; everything when the node was not probed. Whether it still runs is the
-    unit's business (Restart=on-failure) and status.yml's."""
+    "dir" or None}, node_probe.state) and whether its supervisor runs (``running``): the files that differ, the boot
+    link, a hold left by an interrupted run, a supervisor stopped that should run or running that should not. Empty
+    when the node holds and runs exactly this supervisor; everything when the node was not probed."""
     if found is None:
         return ["not probed"]
     where = boot_plan["paths"]
-    changes = [path for path, content, dummy in files(boot_plan)
-               if found.get(path) != hashlib.sha256(content.encode("utf-8")).hexdigest()]
+    changes = []
+    if running is not None and running != bool(boot_plan.get("enabled")):
+        changes.append("process (%s)" % ("running although vllm_boot_start is false" if running else "not running"))
+    changes += [path for path, content, dummy in files(boot_plan)
+                if found.get(path) != hashlib.sha256(content.encode("utf-8")).hexdigest()]
     linked = found.get(where["wants"]) is not None  # the link read through: the unit's content
     if bool(boot_plan.get("enabled")) != linked:
         changes.append(where["wants"])
     if found.get(where["hold"]) is not None:
         changes.append(where["hold"])
     return changes
+
+
+def supervisor_pid(status, config_path):
+    """The running supervisor's PID (its status file names it; its command line must name this plan file)."""
+    pid = (status or {}).get("pid")
+    if not pid:
+        return None
+    try:
+        with open("/proc/%s/cmdline" % pid, encoding="utf-8") as handle:
+            cmdline = handle.read()
+    except OSError:
+        return None
+    return pid if config_path in cmdline.split("\0") else None
+
+
+def supervisor_running(where, name, run):
+    """Whether the node's supervisor runs: its unit is active (systemd), or the process its status names runs this
+    plan (a node without systemd). ``run`` runs an argv and returns (rc, out, err)."""
+    if os.path.isdir("/run/systemd/system"):
+        return run(["systemctl", "is-active", "--quiet", name])[0] == 0
+    try:
+        with open(where["status"], encoding="utf-8") as handle:
+            status = json.load(handle)
+    except (OSError, ValueError):
+        status = None
+    return bool(supervisor_pid(status if isinstance(status, dict) else None, where["config"]))
 
 
 def command(where):

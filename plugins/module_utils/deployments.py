@@ -64,27 +64,33 @@ def same(recorded, plan):
             and recorded.get("cluster_hash") == cluster.get("hash"))
 
 
-def commit_changes(plan, found):
+def commit_changes(plan, facts):
     """What serve.yml's commit step (playbooks/tasks/commit.yml) would change, one reason each; empty when the nodes
     hold it all already, and the step is skipped: a run that changes nothing writes nothing.
 
     The step makes the verified deployment the one the nodes bring back (each node's supervisor, module_utils/boot.py)
-    and the one an upgrade falls back to (the head's record, its images kept). ``plan["cluster"]["recorded"]`` is the
-    head's record as the probe read it; ``found`` maps each node to its probe's state (hashes of the supervisor's
-    files). Anything the apply step changes is committed again once verified."""
+    and the one an upgrade falls back to (the head's record, its image kept on every node). ``plan["cluster"]
+    ["recorded"]`` is the head's record as the probe read it; ``facts`` maps each node to its probe's facts (``state``:
+    the supervisor's files hashed, ``supervisor_running``, ``kept_images``). The head's record counts only when every
+    field is what this plan records (a record that differs in anything, its flags, env or profile, is written again
+    from the plan), and anything the apply step changes is committed again once verified."""
     cluster = plan["cluster"]
     reasons = ["the apply step changes the cluster"] if cluster.get("apply_needed") else []
     recorded = cluster.get("recorded")
-    if not same(recorded, plan):
-        reasons.append("the head's last-known-good record names another deployment" if recorded else
-                       "the head has no last-known-good record")
-    elif (recorded.get("kept_image") != cluster.get("kept_image")
+    if not isinstance(recorded, dict) or not recorded:
+        reasons.append("the head has no last-known-good record")
+    elif not same(recorded, plan):
+        reasons.append("the head's last-known-good record names another deployment")
+    elif (dict(record(plan, recorded), verified_at=None) != dict(recorded, verified_at=None)
           or len(recorded.get("kept_images") or []) > int(cluster.get("images_kept") or 1)):
-        reasons.append("the images kept differ from vllm_images_kept")
+        reasons.append("the head's last-known-good record differs from this deployment's")
     for name in plan["nodes_order"]:
-        changes = boot.install_changes(plan["nodes"][name]["boot"], found.get(name))
+        found = facts.get(name) or {}
+        changes = boot.install_changes(plan["nodes"][name]["boot"], found.get("state"), found.get("supervisor_running"))
         if changes:
             reasons.append("%s: the supervisor's %s" % (name, ", ".join(c.rsplit("/", 1)[-1] for c in changes)))
+        if cluster.get("kept_image") and "state" in found and cluster["kept_image"] not in (found.get("kept_images") or []):
+            reasons.append("%s lacks the kept image %s" % (name, cluster["kept_image"]))
     return {"needed": bool(reasons), "reasons": reasons}
 
 

@@ -227,15 +227,25 @@ def state(paths):
     return found
 
 
+RECORD_BYTES = 1 << 20
+
+
 def records(paths):
-    """The collection's small JSON records on the node ({path: parsed JSON, or None when absent or unreadable})."""
+    """The collection's small JSON records on the node ({path: the record, or None when absent, unreadable or not a
+    mapping}). Only a regular file of at most RECORD_BYTES is read, never through a link: the state folder is mounted
+    into the containers (module_utils/plan_commands.py), so what is there is read as data, with care."""
     found = {}
     for path in paths:
+        data = None
         try:
-            with open(path, encoding="utf-8") as handle:
-                found[path] = json.load(handle)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as handle:
+                info = os.fstat(handle.fileno())
+                if stat.S_ISREG(info.st_mode) and info.st_size <= RECORD_BYTES:
+                    data = json.loads(handle.read(RECORD_BYTES).decode("utf-8"))
         except (OSError, ValueError):
-            found[path] = None
+            data = None
+        found[path] = data if isinstance(data, dict) else None
     return found
 
 

@@ -152,6 +152,9 @@ def make_plan(inputs, stage="full"):
               "nodes": {n: {"is_head": n == head, "paths": paths[n],
                             "probe_paths": probe_paths(paths[n]) + boot.probe_paths(boot.paths(paths[n]["state_dir"], settings["cluster_name"])),
                             "probe_records": [paths[n]["last_known_good_file"]] if n == head else [],
+                            "probe_supervisor": {"paths": boot.paths(paths[n]["state_dir"], settings["cluster_name"]),
+                                                 "unit_name": boot.unit_name(settings["cluster_name"])},
+                            "probe_kept": deployments.kept_reference(settings["cluster_name"]),
                             "probe_devices": device_paths(settings),
                             "probe_ray": container_name(settings, "ray", n) if n == head and inputs.get("backend") == "ray" else None,
                             "container": container_name(settings, "ray" if inputs.get("backend") == "ray" else "vllm", n)}
@@ -203,9 +206,10 @@ def make_plan(inputs, stage="full"):
     nodes_check.check_devices(order, inputs["nodes"], device_paths(settings), findings)
     result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])
     result.update(cluster=cluster, deviations=profile.get("deviations") or [])
+    result = finish(result, findings, inputs)  # the extra flags and env the record holds, when the plan is good
     cluster["recorded"] = (inputs["nodes"][head].get("records") or {}).get(result["nodes"][head]["paths"]["last_known_good_file"])
-    cluster["commit"] = deployments.commit_changes(result, {n: inputs["nodes"][n].get("state") for n in order})
-    return finish(result, findings, inputs)
+    cluster["commit"] = deployments.commit_changes(result, {n: inputs["nodes"][n] for n in order})
+    return result
 
 
 def make_fleet_plan(inputs, deployments, profiles_of, stage="full", probes=None, key_digests=None):

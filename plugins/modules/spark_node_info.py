@@ -92,6 +92,14 @@ options:
     type: list
     elements: path
     default: []
+  supervisor:
+    description:
+      - The node's supervisor (C(paths) with its C(status) and C(config) files, C(unit_name)); RV(supervisor_running) says
+        whether it runs, so that a run that finds it stopped installs and starts it again.
+    type: dict
+  kept_reference:
+    description: The reference filter of the cluster's kept image tags; RV(kept_images) lists the tags on this node.
+    type: str
   devices:
     description:
       - Host paths the containers get with C(--device) (a Spark's C(/dev/infiniband)); RV(devices) lists the device nodes
@@ -186,6 +194,15 @@ records:
   description: For each of O(records), the file's JSON, or null when absent or not JSON.
   type: dict
   returned: always
+supervisor_running:
+  description: Whether the supervisor of O(supervisor) runs; null without O(supervisor).
+  type: bool
+  returned: always
+kept_images:
+  description: The image tags matching O(kept_reference) on this node (C(repository:tag)); null without it or without Docker.
+  type: list
+  elements: str
+  returned: always
 devices:
   description: For each of O(devices), the names of the character devices there (a device path gives its own name), or
     null when absent.
@@ -224,7 +241,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot, node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import collect, run, start
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.image_info import ImageInfoError
@@ -249,6 +266,8 @@ def main():
             revision=dict(type="str"),
             paths=dict(type="list", elements="path", default=[]),
             records=dict(type="list", elements="path", default=[]),
+            supervisor=dict(type="dict"),
+            kept_reference=dict(type="str"),
             devices=dict(type="list", elements="path", default=[]),
             ray_container=dict(type="str"),
             docker=dict(type="str", default="docker"),
@@ -279,12 +298,18 @@ def main():
                   interfaces=found_interfaces, addresses=node_probe.addresses(found_interfaces),
                   connection_interface=node_probe.connection_interface(found_interfaces, os.environ.get("SSH_CONNECTION")),
                   resolved=node_probe.resolve(p["resolve"]) if p["resolve"] else None)
+    result["supervisor_running"] = (boot.supervisor_running(p["supervisor"]["paths"], p["supervisor"]["unit_name"], runner)
+                                    if p["supervisor"] else None)
+    result["kept_images"] = None
     result["disk"] = node_probe.free_space(list(p["disk"]) + [d for d in [(result["docker"] or {}).get("root_dir")] if d])
     if result["docker"] is not None:
         result["docker_ps"] = node_probe.lines(runner, [docker, "ps", "--all", "--no-trunc", "--format", "{{json .}}"])
         existing = set(result["docker_ps"])
         named = [n for n in p["containers"] if any('"Names":"%s"' % n in line for line in existing)]
         result["container_env"] = node_probe.container_env(runner, named, docker)
+        if p["kept_reference"]:
+            result["kept_images"] = node_probe.lines(runner, [docker, "image", "ls", "--filter", "reference=" + p["kept_reference"],
+                                                              "--format", "{{.Repository}}:{{.Tag}}"])
         if p["image"]:
             result["image_id"] = node_probe.image_id(runner, p["image"], docker)
         if p["read_image"] and result["image_id"]:

@@ -100,13 +100,6 @@ def read(path):
         return None
 
 
-def supervisor_pid(status, config_path):
-    """The running supervisor's PID (its status file names it; its command line must name this plan file)."""
-    pid = (status or {}).get("pid")
-    cmdline = read("/proc/%s/cmdline" % pid) if pid else None
-    return pid if cmdline and config_path in cmdline.split("\0") else None
-
-
 class Supervisor:
     def __init__(self, module):
         self.module = module
@@ -124,7 +117,7 @@ class Supervisor:
             return None
 
     def pid(self):
-        return supervisor_pid(self.status(), self.where["config"])
+        return boot.supervisor_pid(self.status(), self.where["config"])
 
     def systemctl(self, *args):
         rc, out, err = run(self.module, ["systemctl"] + list(args))
@@ -159,9 +152,7 @@ class Supervisor:
                 time.sleep(0.1)
 
     def running(self):
-        if self.systemd:
-            return run(self.module, ["systemctl", "is-active", "--quiet", self.plan["unit_name"]])[0] == 0
-        return bool(self.pid())
+        return boot.supervisor_running(self.where, self.plan["unit_name"], lambda argv: run(self.module, argv))
 
 
 def main():

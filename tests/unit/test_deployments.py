@@ -128,7 +128,7 @@ def test_a_refused_plan_never_carries_the_extra_flags_or_env_it_was_given(tmp_pa
 
 
 def installed(plan):
-    """Each node's probe state of a node holding exactly the plan's supervisor (its files' hashes, the boot link)."""
+    """Each node's probe facts of a node holding and running exactly the plan's supervisor and the kept image."""
     import hashlib
     found = {}
     for name in plan["nodes_order"]:
@@ -136,7 +136,7 @@ def installed(plan):
         state = {path: hashlib.sha256(content.encode("utf-8")).hexdigest() for path, content, dummy in boot.files(spec)}
         state[spec["paths"]["wants"]] = state[spec["paths"]["unit"]]
         state[spec["paths"]["hold"]] = None
-        found[name] = state
+        found[name] = {"state": state, "supervisor_running": True, "kept_images": [plan["cluster"]["kept_image"]]}
     return found
 
 
@@ -145,17 +145,27 @@ def test_a_run_that_changes_nothing_commits_nothing_and_any_difference_commits_a
     first = deployments.commit_changes(plan, {})
     assert first["needed"] and "the head has no last-known-good record" in first["reasons"]
     assert "spark1: the supervisor's not probed" in first["reasons"]
-    plan["cluster"].update(recorded=deployments.record(plan), apply_needed=False)
+    plan["cluster"].update(recorded=json.loads(json.dumps(deployments.record(plan))), apply_needed=False)
     found = installed(plan)
     assert deployments.commit_changes(plan, found) == {"needed": False, "reasons": []}
     other = plan_with(tmp_path, NEW_ID)  # another image: another deployment
     other["cluster"].update(recorded=plan["cluster"]["recorded"], apply_needed=False)
     assert deployments.commit_changes(other, installed(other))["reasons"] == [
         "the head's last-known-good record names another deployment"]
-    held = {n: dict(s) for n, s in found.items()}
+    # A record edited where the hashes still match (a container can write the state folder): written again.
+    forged = dict(plan["cluster"]["recorded"], extra_env={"LD_PRELOAD": "/dgx-spark/evil.so"})
+    assert deployments.commit_changes(dict(plan, cluster=dict(plan["cluster"], recorded=forged)), found)["reasons"] == [
+        "the head's last-known-good record differs from this deployment's"]
+    assert deployments.commit_changes(dict(plan, cluster=dict(plan["cluster"], recorded=["not", "a", "record"])), found)["needed"]
+    held = {n: dict(f, state=dict(f["state"])) for n, f in found.items()}
     hold = plan["nodes"]["spark2"]["boot"]["paths"]["hold"]
-    held["spark2"][hold] = "e3b0c442"  # an interrupted run left its hold
+    held["spark2"]["state"][hold] = "e3b0c442"  # an interrupted run left its hold
     assert deployments.commit_changes(plan, held)["reasons"] == ["spark2: the supervisor's hold"]
+    stopped = dict(found, spark1=dict(found["spark1"], supervisor_running=False))
+    assert deployments.commit_changes(plan, stopped)["reasons"] == ["spark1: the supervisor's process (not running)"]
+    untagged = dict(found, spark2=dict(found["spark2"], kept_images=[]))
+    assert deployments.commit_changes(plan, untagged)["reasons"] == [
+        "spark2 lacks the kept image %s" % plan["cluster"]["kept_image"]]
     plan["cluster"]["images_kept"] = 1
     plan["cluster"]["recorded"]["kept_images"] = ["dgx-spark-vllm-kept:dgx-spark-" + "9" * 12, plan["cluster"]["kept_image"]]
-    assert deployments.commit_changes(plan, found)["reasons"] == ["the images kept differ from vllm_images_kept"]
+    assert deployments.commit_changes(plan, found)["reasons"] == ["the head's last-known-good record differs from this deployment's"]

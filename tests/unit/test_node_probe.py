@@ -121,3 +121,12 @@ def test_records_are_read_as_json_and_a_missing_or_broken_one_is_none(tmp_path):
     broken.write_text('{"image_id": ')
     assert node_probe.records([str(good), str(broken), str(tmp_path / "absent.json")]) == {
         str(good): {"image_id": "sha256:ab", "kept_images": []}, str(broken): None, str(tmp_path / "absent.json"): None}
+
+
+def test_a_record_behind_a_link_or_not_a_file_is_not_read(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text('{"image_id": "sha256:ab"}')
+    (tmp_path / "link.json").symlink_to(real)
+    (tmp_path / "folder.json").mkdir()
+    found = node_probe.records([str(tmp_path / "link.json"), str(tmp_path / "folder.json"), "/dev/zero"])
+    assert found == {str(tmp_path / "link.json"): None, str(tmp_path / "folder.json"): None, "/dev/zero": None}
