@@ -139,17 +139,22 @@ def supervisor_pid(status, config_path):
     return pid if config_path in cmdline.split("\0") else None
 
 
+def read_status(where):
+    """The supervisor's status file (state, detail, since, events, pid), or None when there is none or it is broken."""
+    try:
+        with open(where["status"], encoding="utf-8") as handle:
+            status = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return status if isinstance(status, dict) else None
+
+
 def supervisor_running(where, name, run):
     """Whether the node's supervisor runs: its unit is active (systemd), or the process its status names runs this
     plan (a node without systemd). ``run`` runs an argv and returns (rc, out, err)."""
     if os.path.isdir("/run/systemd/system"):
         return run(["systemctl", "is-active", "--quiet", name])[0] == 0
-    try:
-        with open(where["status"], encoding="utf-8") as handle:
-            status = json.load(handle)
-    except (OSError, ValueError):
-        status = None
-    return bool(supervisor_pid(status if isinstance(status, dict) else None, where["config"]))
+    return bool(supervisor_pid(read_status(where), where["config"]))
 
 
 def command(where):

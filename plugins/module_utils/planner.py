@@ -142,6 +142,7 @@ def make_plan(inputs, stage="full"):
             facts["containers"] = nodes_check.parse_docker_ps(facts["docker_ps"])
     profile = inputs["profile"]
     paths = {n: node_paths(settings, n, profile["model"]["id"]) for n in order}
+    supervisors = {n: boot.paths(paths[n]["state_dir"], settings["cluster_name"]) for n in order}
     result = {"stage": stage, "profile": profile["name"], "backend": inputs.get("backend"), "head": head, "nodes_order": order,
               "parallel": parallel_sizes(inputs, findings), "gpu_memory_utilization": utilization(inputs, findings),
               "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name"),
@@ -150,10 +151,9 @@ def make_plan(inputs, stage="full"):
               "overrides": {k: v for k, v in (inputs.get("overrides") or {}).items() if v not in (None, "")},
               "profile_file": inputs.get("profile_file"),
               "nodes": {n: {"is_head": n == head, "paths": paths[n],
-                            "probe_paths": probe_paths(paths[n]) + boot.probe_paths(boot.paths(paths[n]["state_dir"], settings["cluster_name"])),
+                            "probe_paths": probe_paths(paths[n]) + boot.probe_paths(supervisors[n]),
                             "probe_records": [paths[n]["last_known_good_file"]] if n == head else [],
-                            "probe_supervisor": {"paths": boot.paths(paths[n]["state_dir"], settings["cluster_name"]),
-                                                 "unit_name": boot.unit_name(settings["cluster_name"])},
+                            "probe_supervisor": {"paths": supervisors[n], "unit_name": boot.unit_name(settings["cluster_name"])},
                             "probe_kept": deployments.kept_reference(settings["cluster_name"]),
                             "probe_devices": device_paths(settings),
                             "probe_ray": container_name(settings, "ray", n) if n == head and inputs.get("backend") == "ray" else None,

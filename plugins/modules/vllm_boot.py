@@ -111,10 +111,7 @@ class Supervisor:
         return boot.files(self.plan)  # boot imports every module it copies, so AnsiballZ carries them all
 
     def status(self):
-        try:
-            return json.loads(read(self.where["status"]) or "")
-        except ValueError:
-            return None
+        return boot.read_status(self.where)
 
     def pid(self):
         return boot.supervisor_pid(self.status(), self.where["config"])
