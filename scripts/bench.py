@@ -123,7 +123,7 @@ def bench_planner():
     times = []
     for dummy in range(20):
         started = time.perf_counter()
-        plan = planner.make_plan(inputs)
+        plan = planner.plan_deployment(inputs)
         times.append(time.perf_counter() - started)
     print("Planner:")
     line("plan an 8-node cluster (median of 20; ok=%s)" % plan["ok"], "%.4f" % statistics.median(times), "s", "< 1 s")

@@ -114,14 +114,19 @@ def sample_inputs(profile, nodes):
     return spark_inputs(profile, tempfile.mkdtemp(prefix="seed-plan-"), count=nodes)
 
 
+def the_deployment(plan):
+    """The one deployment of a plan made without vllm_deployments (the whole cluster, under its own name)."""
+    return plan["deployments"][plan["deployment_order"][0]]
+
+
 def plans(seed):
     """The profile, its plan on the sample inventory, and a plan per deviation with its restore applied."""
     from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles
 
     profile = profiles.load(os.path.join(ROOT, "profiles", seed["profile"] + ".yml"))
     inputs = sample_inputs(profile, seed["nodes"])
-    plan = planner.make_plan(copy.deepcopy(inputs))
-    restored = {d["what"]: planner.make_plan(profiles.apply_variables(copy.deepcopy(inputs), d["restore"]))
+    plan = the_deployment(planner.make_plan(copy.deepcopy(inputs)))
+    restored = {d["what"]: the_deployment(planner.make_plan(profiles.apply_variables(copy.deepcopy(inputs), d["restore"])))
                 for d in profile.get("deviations") or []}
     return profile, plan, restored
 
@@ -198,7 +203,7 @@ def golden(name):
     from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles
 
     profile = profiles.load(os.path.join(ROOT, "profiles", name + ".yml"))
-    plan = planner.make_plan(sample_inputs(profile, GOLDEN_NODES.get(name, 2)))
+    plan = the_deployment(planner.make_plan(sample_inputs(profile, GOLDEN_NODES.get(name, 2))))
     return {node: {"containers": entry["containers"], "serve_argv": (entry.get("serve") or {}).get("argv")}
             for node, entry in plan["nodes"].items()}
 

@@ -43,17 +43,26 @@ ARGUMENT_SPEC = dict(
 
 
 def inventory_nodes(task_vars, args):
-    """The head group, the order and each node's inventory values and probe facts."""
+    """The head group, the order and each node's inventory values."""
     groups = task_vars.get("groups", {})
     hostvars = task_vars.get("hostvars", {})
     heads, order = node_order(groups, args["head_group"], args["worker_group"])
     nodes = {}
     for host in order:
         values = hostvars.get(host, {})
-        nodes[host] = dict(values.get(args["probe_fact"]) or {}, fabric_ip=values.get("spark_fabric_ip"),
-                           fabric_interfaces=values.get("spark_fabric_interfaces") or None,
+        nodes[host] = dict(fabric_ip=values.get("spark_fabric_ip"), fabric_interfaces=values.get("spark_fabric_interfaces") or None,
                            ansible_host=values.get("ansible_host") or host)
     return groups, heads, order, nodes
+
+
+def probe_facts(task_vars, fact):
+    """What each node's probe read, per deployment placed on it (roles/preflight/tasks/probe.yml): deployment -> host ->
+    facts."""
+    probes = {}
+    for host, values in (task_vars.get("hostvars") or {}).items():
+        for name, facts in ((values or {}).get(fact) or {}).items():
+            probes.setdefault(name, {})[host] = facts
+    return probes
 
 
 def key_digest(path):
@@ -78,8 +87,20 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         if args["stage"] == "paths":
             return self.paths(result, args, task_vars)
-        if args["deployments"]:
-            return self.fleet(result, args, task_vars)
+        listed = args["deployments"] or None
+        profile, profiles_of, notes = (None, *self.listed_profiles(args)) if listed else self.profile(args)
+        cluster_key = (args["settings"] or {}).get("api_key_file")
+        digests = {item.get("name"): key_digest(fleet.key_file(cluster_key, item.get("name")))
+                   for item in listed or [] if isinstance(item, dict) and item.get("name")}
+        plan = planner.make_plan(self.inputs(args, task_vars, profile), args["stage"], listed, profiles_of,
+                                 probe_facts(task_vars, args["probe_fact"]), digests)
+        plan["errors"] = [n for n in notes if isinstance(n, dict)] + plan["errors"]
+        plan["warnings"] = [n for n in notes if not isinstance(n, dict)] + plan["warnings"]
+        plan["ok"] = not plan["errors"]
+        return self.answer(result, args, plan, render.render(plan))
+
+    def profile(self, args):
+        """The whole cluster's profile (an inventory without vllm_deployments): (profile, {}, notes)."""
         if not args["profile"] and not args["profile_file"]:
             known = profiles.available(list(args["profile_dirs"]) + [COLLECTION_PROFILES])
             raise AnsibleActionFail("no profile: set vllm_profile to a profile name (%s) or vllm_profile_file to a profile "
@@ -91,21 +112,27 @@ class ActionModule(ActionBase):
                          % (args["profile_file"], args["profile"]))
         try:
             if args["profile_file"]:
-                profile = profiles.load(args["profile_file"])
-            else:
-                profile = profiles.load(profiles.find(args["profile"], list(args["profile_dirs"]) + [COLLECTION_PROFILES]))
+                return profiles.load(args["profile_file"]), {}, notes
+            return profiles.load(profiles.find(args["profile"], list(args["profile_dirs"]) + [COLLECTION_PROFILES])), {}, notes
         except profiles.ProfileError as exc:
             raise AnsibleActionFail(to_text(exc))
 
-        inputs = self.inputs(args, task_vars, profile)
-        plan = planner.make_plan(inputs, stage=args["stage"])
-        plan["warnings"] = notes + plan["warnings"]
-        return self.answer(result, args, plan, render.render(plan))
+    def listed_profiles(self, args):
+        """Each listed deployment's profile by its name, and the errors of those that cannot be loaded."""
+        dirs = list(args["profile_dirs"]) + [COLLECTION_PROFILES]
+        profiles_of, notes = {}, []
+        for item in args["deployments"]:
+            if not isinstance(item, dict) or not (item.get("profile") or item.get("profile_file")):
+                continue  # the planner says what is wrong with it
+            try:
+                profiles_of[item.get("name")] = profiles.load(item.get("profile_file") or profiles.find(item["profile"], dirs))
+            except profiles.ProfileError as exc:
+                notes.append({"host": "all", "value": item.get("name"), "message": "deployment %s: %s" % (item.get("name"), to_text(exc))})
+        return profiles_of, notes
 
     def inputs(self, args, task_vars, profile):
-        """The planner's inputs: the inventory, each node's probe facts, the profile and the settings."""
+        """The planner's inputs: the inventory, the whole cluster's profile and the settings."""
         groups, heads, order, nodes = inventory_nodes(task_vars, args)
-        image_info = (nodes.get(heads[0], {}) if heads else {}).get("image")
         return {
             "groups": {g: list(groups.get(g) or []) for g in ("spark_cluster", args["head_group"], args["worker_group"])},
             "head_hosts": heads,
@@ -120,35 +147,10 @@ class ActionModule(ActionBase):
             "extra_env": args["extra_env"],
             "model_config": args["model_config"],
             "weights_bytes": args["weights_bytes"],
-            "image_info": image_info,
+            "image_info": None,
             # A new API key restarts vLLM (it reads the key at launch); the plan holds a digest of it, never the key.
             "api_key_digest": key_digest((args["settings"] or {}).get("api_key_file")),
         }
-
-    def fleet(self, result, args, task_vars):
-        """Several deployments (vllm_deployments): each one's profile loaded here, the plans made by the planner."""
-        dirs = list(args["profile_dirs"]) + [COLLECTION_PROFILES]
-        profiles_of, notes = {}, []
-        for item in args["deployments"]:
-            if not isinstance(item, dict) or not (item.get("profile") or item.get("profile_file")):
-                continue  # the planner says what is wrong with it
-            try:
-                profiles_of[item.get("name")] = profiles.load(item.get("profile_file") or profiles.find(item["profile"], dirs))
-            except profiles.ProfileError as exc:
-                notes.append({"host": "all", "value": item.get("name"), "message": "deployment %s: %s" % (item.get("name"), to_text(exc))})
-        # Each node's probe read it once per deployment placed there (roles/preflight/tasks/probe.yml).
-        probes = {}
-        for host, values in (task_vars.get("hostvars") or {}).items():
-            for name, facts in ((values or {}).get(args["probe_fact"] + "s") or {}).items():
-                probes.setdefault(name, {})[host] = facts
-        cluster_key = (args["settings"] or {}).get("api_key_file")
-        digests = {item.get("name"): key_digest(fleet.key_file(cluster_key, item.get("name")))
-                   for item in args["deployments"] if isinstance(item, dict) and item.get("name")}
-        plan = planner.make_fleet_plan(self.inputs(args, task_vars, None), args["deployments"], profiles_of, stage=args["stage"],
-                                       probes=probes, key_digests=digests)
-        plan["errors"] = notes + plan["errors"]
-        plan["ok"] = not plan["errors"]
-        return self.answer(result, args, plan, render.render_fleet(plan))
 
     def answer(self, result, args, plan, text):
         """The action's result: the plan, its text, its warnings, and a failure when it has errors."""
@@ -168,7 +170,7 @@ class ActionModule(ActionBase):
         groups, heads, order, nodes = inventory_nodes(task_vars, args)
         given = {"head_hosts": heads, "order": order, "nodes": nodes, "settings": args["settings"],
                  "groups": {g: list(groups.get(g) or []) for g in ("spark_cluster", args["head_group"], args["worker_group"])}}
-        plan = planner.fleet_paths(given, args["deployments"]) if args["deployments"] else planner.cluster_paths(given)
+        plan = planner.paths(given, args["deployments"] or None)
         result.update(plan=plan, plan_text=[], changed=False)
         if plan["errors"] and args["fail_on_error"]:
             result.update(failed=True, msg="; ".join(e["message"] for e in plan["errors"]))

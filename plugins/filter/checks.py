@@ -34,8 +34,8 @@ def nccl_transport(text, expect_ib=True, strict=False):
     return nccl_log.verdict(text, expect_ib=expect_ib, strict=strict)
 
 
-def status_fleet(states, gateway=None):
-    return status.fleet_report(states, gateway)
+def status_report(states, gateway=None):
+    return status.report(states, gateway)
 
 
 def recover_decision(state, backend="ray"):
@@ -172,7 +172,7 @@ class FilterModule:
             "started_env": started_env,
             "nccl_transport": nccl_transport,
             "status_node": status_node,
-            "status_fleet": status_fleet,
+            "status_report": status_report,
             "recover_decision": recover_decision,
             "recover_refusal": recover_refusal,
             "canary_keep": canary_keep,

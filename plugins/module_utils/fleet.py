@@ -16,7 +16,8 @@ own. What no single plan can see is checked here, across them, before anything c
 - memory: each plan counts on the node's whole MemAvailable; on a shared node the deployments' requests are summed,
   and what is left to the OS must stay above the floor (a starved Spark stops answering SSH, fact 21).
 
-An inventory without ``vllm_deployments`` is one deployment under the cluster's own name: nothing of it changes.
+An inventory without ``vllm_deployments`` is one deployment under the cluster's own name (``whole``), with the
+cluster's own names, ports, key and reports: the plan has one shape whatever the inventory lists.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def key_file(cluster_key_file, name):
     """The controller's file of a deployment's own vLLM key, beside the cluster's (which the gateway's clients use):
     only the gateway holds the backends' keys. The preflight role makes it before planning (roles/preflight)."""
     return "%s-%s" % (cluster_key_file, name) if cluster_key_file else None
+
+
+def whole(settings, inputs):
+    """The one deployment of an inventory without ``vllm_deployments``: the whole cluster, under its own name, with
+    the cluster's own settings (its containers, ports, key and reports are those it always had) and the inventory's
+    profile, backend and overrides. The planner checks its groups and head as they are (``listed`` False)."""
+    order = list(inputs.get("order") or [])
+    return {"name": settings["cluster_name"], "listed": False, "index": 0, "hosts": order,
+            "head": (inputs.get("head_hosts") or [None])[0], "profile": None, "profile_file": inputs.get("profile_file"),
+            "backend": inputs.get("backend"), "served_name": None, "overrides": {}, "extra_flags": {}, "extra_env": {},
+            "settings": {}}
 
 
 def hosts_of(item, groups, findings, label):
@@ -128,7 +140,7 @@ def expand(deployments, settings, groups, findings):
                     own[key] = int(item[key])
                 except (TypeError, ValueError):
                     findings.error("all", item[key], "%s: %s %r is not a port number" % (label, key, item[key]))
-        entries.append({"name": name, "index": index, "hosts": hosts, "head": hosts[0] if hosts else None,
+        entries.append({"name": name, "listed": True, "index": index, "hosts": hosts, "head": hosts[0] if hosts else None,
                         "profile": item.get("profile"), "profile_file": item.get("profile_file"), "backend": item.get("backend"),
                         "served_name": item.get("served_name"),
                         "overrides": dict(item.get("overrides") or {}), "extra_flags": dict(item.get("extra_flags") or {}),
@@ -137,22 +149,27 @@ def expand(deployments, settings, groups, findings):
 
 
 def planner_inputs(base, entry, profile, probes=None, key_digest=None):
-    """The planner's inputs for one deployment: the cluster's, narrowed to the deployment's nodes, with its settings,
-    profile, backend and overrides (the deployment's own win over the cluster's). ``probes`` maps a host to what its
-    probe read for this deployment (its containers, its vLLM, its model); the head's gives the model's config."""
+    """The planner's inputs for one deployment: the cluster's, with each node's probe facts for this deployment
+    (``probes``: host -> what its probe read for it, its containers, its vLLM and its model; the head's gives the
+    model's config) and its profile. A listed deployment's are narrowed to its nodes, with its settings, profile,
+    backend and overrides (its own win over the cluster's); the whole cluster's (``whole``) are the inventory's."""
     hosts = entry["hosts"]
     probes = probes or {}
     head_probe = probes.get(entry["head"]) or {}
+    inputs = dict(base)
+    inputs.update(
+        nodes={h: dict(base["nodes"][h], **(probes.get(h) or {})) for h in base["nodes"]},
+        model_config=head_probe.get("model_config") or base.get("model_config"),
+        weights_bytes=head_probe.get("weights_bytes") or base.get("weights_bytes"),
+        image_info=head_probe.get("image") or base.get("image_info"), profile=profile)
+    if not entry["listed"]:
+        return inputs
     if entry["served_name"]:  # the name the gateway routes by, instead of the profile's
         profile = dict(profile, model=dict(profile["model"], served_name=str(entry["served_name"])))
-    inputs = dict(base)
     inputs.update(
         groups={"spark_cluster": list(hosts), "spark_head": hosts[:1], "spark_workers": hosts[1:]},
         head_hosts=hosts[:1], order=list(hosts),
-        nodes={h: dict(base["nodes"][h], **(probes.get(h) or {})) for h in hosts if h in base["nodes"]},
-        model_config=head_probe.get("model_config") or base.get("model_config"),
-        weights_bytes=head_probe.get("weights_bytes") or base.get("weights_bytes"),
-        image_info=head_probe.get("image") or base.get("image_info"), api_key_digest=key_digest,
+        nodes={h: inputs["nodes"][h] for h in hosts if h in inputs["nodes"]}, api_key_digest=key_digest,
         profile=profile, profile_file=entry["profile_file"],
         backend=entry["backend"] or profile.get("backend") or base.get("backend") or "ray",
         settings=dict(base.get("settings") or {}, **dict(entry["settings"], gateway=None)),  # the fleet's, not its own

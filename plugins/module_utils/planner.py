@@ -99,28 +99,75 @@ def cluster_paths(inputs):
     return finish(result, findings)
 
 
-def fleet_paths(inputs, deployments):
-    """cluster_paths for several deployments (teardown.yml, status.yml): each deployment's names and paths, as its
-    plan has them, and the gateway's container and folder on the first deployment's head. Needs no profile."""
+def paths(inputs, listed=None):
+    """cluster_paths of every deployment (teardown.yml, status.yml, upgrade.yml's and recover.yml's record look-up):
+    each one's names and paths as its plan has them, and where the gateway runs when there is one. Needs no profile."""
     settings = normalize_settings(inputs.get("settings"))
     findings = Findings()
-    entries = fleet.expand(deployments, dict(settings, monitoring={}), inputs.get("groups") or {}, findings)
-    result = {"stage": "paths", "fleet": True, "deployments": {}, "deployment_order": [e["name"] for e in entries]}
+    entries = deployment_entries(inputs, settings, listed, findings)
+    result = {"stage": "paths", "deployments": {}, "deployment_order": [e["name"] for e in entries], "gateway": None,
+              "head": entries[0]["head"] if entries else None, "reports": {"plan": reports(settings)["plan"]},
+              "api_key_file": settings["api_key_file"]}
     for entry in entries if not findings.errors else []:
-        given = fleet.planner_inputs(inputs, entry, {"model": {}})
-        result["deployments"][entry["name"]] = plan = cluster_paths(given)
-        for error in plan["errors"]:
-            findings.error(error["host"], error["value"], "deployment %s: %s" % (entry["name"], error["message"]))
-    if entries and not findings.errors:
+        result["deployments"][entry["name"]] = plan = cluster_paths(fleet.planner_inputs(inputs, entry, {"model": {}}))
+        own(findings, entry, plan)
+    if listed and entries and not findings.errors:
         first = result["deployments"][entries[0]["name"]]
-        result["head"] = first["head"]
         result["gateway"] = dict(fleet.gateway_place(settings, first["head"], first["cluster"]["endpoint"]),
                                  api_key_file=settings["api_key_file"])
     return finish(result, findings)
 
 
-def make_plan(inputs, stage="full"):
-    """Build the plan. ``stage="inventory"`` checks only what needs no probe facts, and names the paths to probe."""
+def deployment_entries(inputs, settings, listed, findings):
+    """The deployments to plan: each of ``vllm_deployments`` (fleet.expand), or the whole cluster as one."""
+    if listed:
+        return fleet.expand(listed, settings, inputs.get("groups") or {}, findings)
+    return [fleet.whole(settings, inputs)]
+
+
+def own(findings, entry, plan):
+    """A deployment's findings as the whole plan's, each naming a listed deployment."""
+    said = "deployment %s: " % entry["name"] if entry["listed"] else ""
+    for error in plan["errors"]:
+        findings.error(error["host"], error["value"], said + error["message"])
+    for warning in plan["warnings"]:
+        findings.warn(said + warning)
+
+
+def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, key_digests=None):
+    """The plan: a list of deployments, each planned on its own as if it were the whole cluster (``plan_deployment``),
+    then what none of them sees alone: names, ports and memory on the nodes they share, and the gateway in front of
+    them when the inventory lists them. ``listed``: vllm_deployments (none: the whole cluster is one deployment,
+    fleet.whole); ``profiles_of`` maps each deployment's name to its loaded profile (the whole cluster's is
+    ``inputs["profile"]``), ``probes`` each to its hosts' probe facts, ``key_digests`` each listed one to a digest of
+    its own vLLM key (fleet.key_file). ``stage="inventory"`` checks only what needs no probe facts."""
+    settings = normalize_settings(inputs.get("settings"))
+    settings["monitoring"] = monitoring.settings(settings.get("monitoring"))[0]
+    findings = Findings()
+    entries = deployment_entries(inputs, settings, listed, findings)
+    plans, settings_of = {}, {}
+    for entry in entries if not findings.errors else []:
+        profile = (profiles_of or {}).get(entry["name"]) if entry["listed"] else inputs.get("profile")
+        if profile is None:
+            findings.error("all", entry["name"], "deployment %s: its profile was not found" % entry["name"])
+            continue
+        given = fleet.planner_inputs(inputs, entry, profile, (probes or {}).get(entry["name"]), (key_digests or {}).get(entry["name"]))
+        plans[entry["name"]] = plan_deployment(given, stage)
+        settings_of[entry["name"]] = dict(normalize_settings(given["settings"]), monitoring=settings["monitoring"])
+        own(findings, entry, plans[entry["name"]])
+    result = {"stage": stage, "deployments": plans, "deployment_order": [e["name"] for e in entries],
+              "head": entries[0]["head"] if entries else None, "shared_nodes": {}, "gateway": None}
+    if listed and entries and not findings.errors:
+        result.update(fleet.combine(entries, settings, settings_of, plans, findings,
+                                    dict(key_digests or {}, **{"": inputs.get("api_key_digest")})))
+    result["reports"] = {"plan": reports(settings)["plan"]}
+    result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
+    return result
+
+
+def plan_deployment(inputs, stage="full"):
+    """One deployment's plan. ``stage="inventory"`` checks only what needs no probe facts, and names the paths to
+    probe."""
     inputs = copy.deepcopy(inputs)
     settings = inputs["settings"] = normalize_settings(inputs.get("settings"))
     findings = Findings()
@@ -209,37 +256,6 @@ def make_plan(inputs, stage="full"):
     result = finish(result, findings, inputs)  # the extra flags and env the record holds, when the plan is good
     cluster["recorded"] = (inputs["nodes"][head].get("records") or {}).get(result["nodes"][head]["paths"]["last_known_good_file"])
     cluster["commit"] = deployments.commit_changes(result, {n: inputs["nodes"][n] for n in order})
-    return result
-
-
-def make_fleet_plan(inputs, deployments, profiles_of, stage="full", probes=None, key_digests=None):
-    """Several deployments (vllm_deployments, module_utils/fleet.py): each planned on its own, as if it were the whole
-    cluster, then what none of them sees alone: names, ports and memory on the nodes they share, and the gateway.
-    ``profiles_of`` maps each deployment's name to its loaded profile, ``probes`` each to its hosts' probe facts,
-    ``key_digests`` each to a digest of its own vLLM key (fleet.key_file).
-    Each error names its deployment."""
-    settings = normalize_settings(inputs.get("settings"))
-    settings["monitoring"] = monitoring.settings(settings.get("monitoring"))[0]
-    findings = Findings()
-    entries = fleet.expand(deployments, settings, inputs.get("groups") or {}, findings)
-    plans, settings_of = {}, {}
-    for entry in entries if not findings.errors else []:
-        if entry["name"] not in profiles_of:
-            findings.error("all", entry["name"], "deployment %s: its profile was not found" % entry["name"])
-            continue
-        given = fleet.planner_inputs(inputs, entry, profiles_of[entry["name"]], (probes or {}).get(entry["name"]),
-                                     (key_digests or {}).get(entry["name"]))
-        plans[entry["name"]] = make_plan(given, stage)
-        settings_of[entry["name"]] = dict(normalize_settings(given["settings"]), monitoring=settings["monitoring"])
-        for error in plans[entry["name"]]["errors"]:
-            findings.error(error["host"], error["value"], "deployment %s: %s" % (entry["name"], error["message"]))
-        for warning in plans[entry["name"]]["warnings"]:
-            findings.warn("deployment %s: %s" % (entry["name"], warning))
-    result = {"stage": stage, "fleet": True, "deployments": plans, "head": entries[0]["head"] if entries else None}
-    if entries and not findings.errors:
-        result.update(fleet.combine(entries, settings, settings_of, plans, findings,
-                                    dict(key_digests or {}, **{"": inputs.get("api_key_digest")})))
-    result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
     return result
 
 

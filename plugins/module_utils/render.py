@@ -28,7 +28,35 @@ def _command(argv):
 
 
 def render(plan):
-    """Lines of text describing ``plan``."""
+    """Lines of text describing ``plan``: each deployment's plan (named, when a gateway fronts them), the gateway, the
+    nodes they share, then the findings and the verdict."""
+    gateway = plan.get("gateway")
+    lines = []
+    for name in plan.get("deployment_order") or []:
+        planned = (plan.get("deployments") or {}).get(name)
+        if planned is None:
+            continue
+        if gateway is not None:
+            lines += ["== deployment %s ==" % name]
+        lines += deployment(planned) + ([""] if gateway is not None else [])
+    if gateway:
+        lines += ["Gateway: on %s, port %d (the cluster's vllm_port), routing by model name:" % (gateway["host"], gateway["port"])]
+        lines += ["  %s -> deployment %s at %s" % (r["model"], r["deployment"], r["api_base"]) for r in gateway["routes"]]
+    for host, shared in sorted((plan.get("shared_nodes") or {}).items()):
+        lines.append("Shared node %s: %s start with %s of %s available, leaving %s (floor %s)" % (
+            host, " + ".join("%s %s" % (d, _gib(b)) for d, b in shared["starting"].items()) or "nothing",
+            _gib(sum(shared["starting"].values())), _gib(shared["mem_available_bytes"]), _gib(shared["left_bytes"]),
+            _gib(shared["headroom_floor_bytes"])))
+    for warning in plan.get("warnings") or []:
+        lines.append("WARNING: %s" % warning)
+    for error in plan.get("errors") or []:
+        lines.append("ERROR [%s]: %s" % (error["host"], error["message"]))
+    lines.append("Verdict: %s" % ("ready to apply" if plan.get("ok") else "refused, nothing will be changed"))
+    return lines
+
+
+def deployment(plan):
+    """Lines of text describing one deployment's plan (its findings are the whole plan's)."""
     parallel = plan.get("parallel") or {}
     lines = ["Plan: profile %s, backend %s, %d node(s), TP=%s PP=%s DP=%s EP=%s, world size %s" % (
         plan.get("profile"), plan.get("backend"), parallel.get("nodes", 0), parallel.get("tensor_parallel_size"),
@@ -94,11 +122,6 @@ def render(plan):
         for deviation in plan.get("deviations") or []:
             lines.append("Deviation from the write-up: %s: %s (restore with %s)" % (
                 deviation["what"], " ".join(deviation["reason"].split()), deviation["restore"]))
-    for warning in plan.get("warnings") or []:
-        lines.append("WARNING: %s" % warning)
-    for error in plan.get("errors") or []:
-        lines.append("ERROR [%s]: %s" % (error["host"], error["message"]))
-    lines.append("Verdict: %s" % ("ready to apply" if plan.get("ok") else "refused, nothing will be changed"))
     return lines
 
 
@@ -123,27 +146,4 @@ def render_memory(memory):
                      memory.get("recommended_gpu_memory_utilization"),
                      " (at most %s, what the deployment proved)" % memory["proven_gpu_memory_utilization"]
                      if memory.get("proven_gpu_memory_utilization") else ""))
-    return lines
-
-
-def render_fleet(plan):
-    """Lines of text describing a plan of several deployments: each deployment's plan, the gateway, the shared nodes."""
-    lines = ["Deployments: %d, planned each on its own, then checked together" % len(plan.get("deployments") or {})]
-    for name, planned in (plan.get("deployments") or {}).items():
-        lines.append("")
-        lines.append("== deployment %s ==" % name)
-        lines += render(dict(planned, errors=[], warnings=[]))[:-1]  # the findings and the verdict are the whole's
-    gateway = plan.get("gateway")
-    if gateway:
-        lines += ["", "Gateway: on %s, port %d (the cluster's vllm_port), routing by model name:" % (gateway["host"], gateway["port"])]
-        lines += ["  %s -> deployment %s at %s" % (r["model"], r["deployment"], r["api_base"]) for r in gateway["routes"]]
-    for host, shared in sorted((plan.get("shared_nodes") or {}).items()):
-        lines.append("Shared node %s: %s start with %s of %s available, leaving %s (floor %s)" % (
-            host, " + ".join("%s %s" % (d, _gib(b)) for d, b in shared["starting"].items()) or "nothing",
-            _gib(sum(shared["starting"].values())), _gib(shared["mem_available_bytes"]), _gib(shared["left_bytes"]),
-            _gib(shared["headroom_floor_bytes"])))
-    lines += ["WARNING: %s" % warning for warning in plan.get("warnings") or []]
-    lines += ["ERROR [%s]: %s" % (error["host"], error["message"]) for error in plan.get("errors") or []]
-    lines.append("Verdict: %s" % ("the deployments fit together (serving several is not built yet: docs/multi-model.md)"
-                                  if plan.get("ok") else "refused, nothing will be changed"))
     return lines

@@ -6,8 +6,8 @@
 from __future__ import annotations
 
 
-def report(nodes, ray=None, endpoint=None):
-    """``nodes``: {name: {"fabric_ip", "reachable", "containers": [docker ps JSON rows]}}; ``ray``: the
+def deployment(nodes, ray=None, endpoint=None):
+    """One deployment's report. ``nodes``: {name: {"fabric_ip", "reachable", "containers": [docker ps JSON rows]}}; ``ray``: the
     ray_cluster_info result (or None when there is no Ray container); ``endpoint``: vllm_endpoint_info's
     ``endpoint``. Returns {"healthy": bool, "lines": [...], "unhealthy_nodes": [...]}."""
     ray = ray or {}
@@ -83,26 +83,26 @@ def node(entry):
     return {"fabric_ip": ip, "reachable": reachable, "containers": rows, "boot": probed.get("next_boot")}
 
 
-def fleet_report(states, gateway=None):
-    """status.yml's report. ``states``: each deployment's state.yml state by name ('' alone: no vllm_deployments,
-    the single report as it always was); ``gateway``: {url, status, models} from the gateway's /v1/models with the
-    clients' key (None without vllm_deployments). Healthy when every deployment is, and the gateway lists every
+def report(states, gateway=None):
+    """status.yml's report. ``states``: each deployment's state.yml state by name; ``gateway``: {url, status, models}
+    from the gateway's /v1/models with the clients' key, None when no gateway fronts the deployments. Each deployment is
+    reported under its name when a gateway fronts them. Healthy when every deployment is, and the gateway lists every
     model a deployment serves."""
-    if list(states) == [""]:
-        return report(states[""]["nodes"], states[""].get("ray"), states[""].get("endpoint"))
     lines, healthy, served, unhealthy = [], True, [], []
     for name, state in states.items():
-        one = report(state["nodes"], state.get("ray"), state.get("endpoint"))
-        lines.append("Deployment %s (head %s):" % (name, state.get("head")))
-        lines += ["  " + line for line in one["lines"]]
+        one = deployment(state["nodes"], state.get("ray"), state.get("endpoint"))
+        if gateway is None:
+            lines += one["lines"][:-1]
+        else:
+            lines.append("Deployment %s (head %s):" % (name, state.get("head")))
+            lines += ["  " + line for line in one["lines"]]
         healthy = healthy and one["healthy"]
         unhealthy += one["unhealthy_nodes"]
         served += (state.get("endpoint") or {}).get("models") or []
-    gateway = gateway or {}
-    missing = [m for m in served if m not in (gateway.get("models") or [])]
-    if gateway.get("status") == 200 and not missing:
+    missing = [m for m in served if m not in ((gateway or {}).get("models") or [])]
+    if gateway is not None and gateway.get("status") == 200 and not missing:
         lines.append("Gateway %s/v1: routes %s" % (gateway.get("url"), ", ".join(gateway.get("models") or [])))
-    else:
+    elif gateway is not None:
         healthy = False
         lines.append("Gateway %s/v1: NOT OK (%s)" % (gateway.get("url"), "does not list %s" % ", ".join(missing) if gateway.get("status") == 200
                                                      else "answered %s to /v1/models with the clients' key" % gateway.get("status")))

@@ -73,7 +73,7 @@ def test_the_decode_bound_is_the_nodes_bandwidth_over_the_bytes_read_per_token()
 
 def test_the_plan_says_where_and_what_to_measure(tmp_path):
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
-    plan = planner.make_plan(spark_inputs(m25, tmp_path))
+    plan = planner.plan_deployment(spark_inputs(m25, tmp_path))
     target = plan["cluster"]["bench"]
     assert target["container"] == "dgx-spark-ray-spark1" and target["key_file"] == "/dgx-spark/secrets/vllm_api_key"
     assert target["base_url"] == plan["cluster"]["endpoint"]["local_health_url"][:-len("/health")]

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def plan(tmp_path, **settings):
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
-    made = planner.make_plan(spark_inputs(m25, tmp_path, settings=settings))
+    made = planner.plan_deployment(spark_inputs(m25, tmp_path, settings=settings))
     assert made["ok"], made["errors"]
     return made
 

@@ -17,7 +17,7 @@ def plan(tmp_path, **overrides):
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
     inputs = spark_inputs(m25, tmp_path)
     inputs["overrides"] = overrides
-    made = planner.make_plan(inputs)
+    made = planner.plan_deployment(inputs)
     assert made["ok"], made["errors"]
     return made
 

@@ -14,7 +14,7 @@ PROFILES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.
 @pytest.fixture(name="spec")
 def fixture_spec(tmp_path):
     profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
-    return planner.make_plan(spark_inputs(profile, tmp_path))["nodes"]["spark2"]["containers"][0]
+    return planner.plan_deployment(spark_inputs(profile, tmp_path))["nodes"]["spark2"]["containers"][0]
 
 
 def test_every_rdma_option_of_the_spec_reaches_docker(spec):

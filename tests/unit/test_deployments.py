@@ -20,7 +20,7 @@ def plan_with(tmp_path, image_id=OLD_ID, image="vllm-local:26.05", **overrides):
     inputs["image_info"] = dict(inputs["image_info"], id=image_id)
     inputs["overrides"] = overrides
     inputs["extra_flags"] = {"--enable-prefix-caching": True}
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert plan["ok"], plan["errors"]
     return plan
 
@@ -52,7 +52,7 @@ def test_a_rollback_plans_the_recorded_deployment_by_its_kept_image_whatever_was
     inputs["settings"]["image"] = restore["image"]
     inputs["overrides"], inputs["extra_flags"] = restore["overrides"], restore["extra_flags"]
     inputs["image_info"] = dict(inputs["image_info"], id=OLD_ID)
-    again = planner.make_plan(inputs)
+    again = planner.plan_deployment(inputs)
     assert recorded["serve_config_hash"] == again["cluster"]["serve_config_hash"]
     assert recorded["cluster_hash"] == again["cluster"]["hash"]  # the same deployment, by another name of its image
     from_file = dict(recorded, profile_file="/srv/profiles/mine.yml")
@@ -91,7 +91,7 @@ def test_a_count_below_one_is_refused_before_anything_changes(tmp_path):
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
     inputs = spark_inputs(m25, tmp_path)
     inputs["settings"]["images_kept"] = 0
-    plan = planner.make_plan(inputs, stage="inventory")
+    plan = planner.plan_deployment(inputs, stage="inventory")
     assert [e["message"] for e in plan["errors"]] == [
         "vllm_images_kept 0 keeps no image; set it to 1 or more (1: only the serving image, 2: also the one before it, which an "
         "upgrade rolls back to)"]
@@ -122,7 +122,7 @@ def test_a_refused_plan_never_carries_the_extra_flags_or_env_it_was_given(tmp_pa
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
     inputs = spark_inputs(m25, tmp_path)
     inputs["extra_flags"], inputs["extra_env"] = {"--api-key": "sk-leak-me-not"}, {"HF_TOKEN": "hf_leak_me_not"}
-    refused = planner.make_plan(inputs)
+    refused = planner.plan_deployment(inputs)
     assert not refused["ok"] and "leak-me-not" not in json.dumps(refused)
     assert "extra_flags" not in refused and "extra_env" not in refused
 

@@ -12,7 +12,7 @@ def test_every_filter_is_registered():
                                                     "last_known_good", "deployment_vars", "canary_keep", "canary_verdict",
                                                     "deployment_restore", "deployment_change", "kept_images_to_remove",
                                                     "upgrade_failure_line", "upgrade_report", "bench_sweep", "bench_argv", "bench_rows",
-                                                    "status_fleet", "gateway_config"}
+                                                    "status_report", "gateway_config"}
 
 
 def test_started_env_reads_what_docker_container_returned_and_skips_kept_ones():

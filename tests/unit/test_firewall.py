@@ -65,9 +65,9 @@ def test_a_node_without_nft_is_refused_unless_the_firewall_is_off(tmp_path):
     profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
     inputs = spark_inputs(profile, tmp_path)
     inputs["nodes"]["spark2"]["state"] = {firewall.NFT: None}
-    found = planner.make_plan(inputs)["errors"]
+    found = planner.plan_deployment(inputs)["errors"]
     assert [(e["host"], e["value"]) for e in found] == [("spark2", "/usr/sbin/nft")]
     assert "install it (sudo apt install nftables), or set vllm_firewall: false" in found[0]["message"]
     inputs["settings"]["firewall"] = False
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert plan["ok"] and plan["nodes"]["spark2"]["firewall"] is None

@@ -30,7 +30,7 @@ TWO = [{"name": "chat", "profile": "sim_tiny", "nodes": "spark_cluster"},
 def fleet_plan(tmp_path, deployments=None, served=("sim-tiny", "sim-tiny-coder"), **settings):
     deployments = copy.deepcopy(deployments or TWO)
     known = {d.get("name"): tiny(s) for d, s in zip(deployments, served)}
-    return planner.make_fleet_plan(cluster(tmp_path, **settings), deployments, known)
+    return planner.make_plan(cluster(tmp_path, **settings), listed=deployments, profiles_of=known)
 
 
 def messages(plan):
@@ -144,8 +144,8 @@ def test_a_new_key_for_one_deployment_restarts_only_that_deployment_and_the_gate
     def planned(coder_key):
         inputs = cluster(tmp_path)
         inputs["api_key_digest"] = "client"
-        return planner.make_fleet_plan(inputs, copy.deepcopy(TWO), {"chat": tiny(), "coder": tiny("sim-tiny-coder")},
-                                       key_digests={"chat": "chat-1", "coder": coder_key})
+        return planner.make_plan(inputs, listed=copy.deepcopy(TWO), profiles_of={"chat": tiny(), "coder": tiny("sim-tiny-coder")},
+                                 key_digests={"chat": "chat-1", "coder": coder_key})
 
     def hashes(plan):
         return ({name: p["cluster"]["serve_config_hash"] for name, p in plan["deployments"].items()},
@@ -185,18 +185,18 @@ def test_the_gateway_appears_with_two_deployments_or_when_asked():
 
 def test_the_printed_plan_shows_each_deployment_the_routes_and_what_each_shared_node_keeps(tmp_path):
     from ansible_collections.dgx_spark.vllm.plugins.module_utils import render
-    lines = render.render_fleet(fleet_plan(tmp_path))
+    lines = render.render(fleet_plan(tmp_path))
     assert "== deployment chat ==" in lines and "== deployment coder ==" in lines
     assert "  sim-tiny-coder -> deployment coder at http://192.168.1.101:8002/v1" in lines
     assert ("Shared node spark2: chat 36.9 GiB + coder 36.9 GiB start with 73.8 GiB of 117.3 GiB available, leaving 43.5 GiB "
             "(floor 1.0 GiB)") in lines
-    assert lines[-1] == "Verdict: the deployments fit together (serving several is not built yet: docs/multi-model.md)"
+    assert lines[-1] == "Verdict: ready to apply"
     assert not [line for line in lines if line.startswith("Verdict") and line != lines[-1]]  # one verdict, the whole's
 
 
 def test_teardown_and_status_name_each_deployment_and_the_gateway_without_profiles(tmp_path):
     inputs = cluster(tmp_path)
-    paths = planner.fleet_paths(inputs, copy.deepcopy(TWO))
+    paths = planner.paths(inputs, copy.deepcopy(TWO))
     assert paths["ok"] and paths["deployment_order"] == ["chat", "coder"]
     coder = paths["deployments"]["coder"]
     assert coder["cluster"]["name"] == "dgx-spark-coder" and coder["nodes"]["spark2"]["containers"]["ray"] == "dgx-spark-coder-ray-spark2"
@@ -208,7 +208,7 @@ def test_teardown_and_status_name_each_deployment_and_the_gateway_without_profil
     assert full["deployments"]["coder"]["nodes"]["spark2"]["containers"][0]["name"] == "dgx-spark-coder-ray-spark2"
     assert full["gateway"]["container"]["name"] == paths["gateway"]["container"]
     assert full["gateway"]["folder"] == paths["gateway"]["folder"]
-    bad = planner.fleet_paths(inputs, [{"name": "Bad_Name", "profile": "sim_tiny", "nodes": "spark_cluster"}])
+    bad = planner.paths(inputs, [{"name": "Bad_Name", "profile": "sim_tiny", "nodes": "spark_cluster"}])
     assert not bad["ok"] and "Bad_Name" in bad["errors"][0]["message"]
 
 

@@ -36,7 +36,7 @@ def plan_for(name, tmp_path, available=None, count=None, overrides=None, setting
     for host, gib in (available or {}).items():
         inputs["nodes"][host]["memory"] = with_available(inputs["nodes"][host]["memory"], gib)
     inputs["overrides"] = overrides or {}
-    return planner.make_plan(inputs)
+    return planner.plan_deployment(inputs)
 
 
 def messages(plan):
@@ -179,14 +179,14 @@ def test_a_second_run_on_a_serving_spark_passes_and_a_changed_one_is_refused(tmp
     config on the same node is refused when it does not fit (the old one's memory is freed only by a clean stop)."""
     prof = profile("minimax_m27_mxfp4")
     inputs = spark_inputs(prof, tmp_path)
-    first = planner.make_plan(copy.deepcopy(inputs))
+    first = planner.plan_deployment(copy.deepcopy(inputs))
     assert first["ok"], first["errors"]
     facts = serving_facts()
     assert round(facts["mem_available_bytes"] / float(GIB), 1) == 19.4
     for name in ("spark1", "spark2"):
         inputs["nodes"][name]["memory"] = facts
         inputs["nodes"][name]["serving_hashes"] = [first["nodes"][name]["config_hash"]]
-    again = planner.make_plan(copy.deepcopy(inputs))
+    again = planner.plan_deployment(copy.deepcopy(inputs))
     assert again["ok"], again["errors"]
     assert again["nodes"]["spark1"]["config_hash"] == first["nodes"]["spark1"]["config_hash"]
     node = again["cluster"]["memory"]["nodes"]["spark1"]
@@ -195,7 +195,7 @@ def test_a_second_run_on_a_serving_spark_passes_and_a_changed_one_is_refused(tmp
     # A changed config (another object store size) on the same serving node: no credit, refused with the fix.
     inputs["profile"] = copy.deepcopy(prof)
     inputs["profile"]["ray"]["object_store_memory"] = 1073741824
-    changed = planner.make_plan(copy.deepcopy(inputs))
+    changed = planner.plan_deployment(copy.deepcopy(inputs))
     assert changed["nodes"]["spark1"]["config_hash"] != first["nodes"]["spark1"]["config_hash"]
     assert not changed["ok"]
     assert "but only 19.4 GiB is available" in messages(changed)[0]

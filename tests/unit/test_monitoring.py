@@ -15,7 +15,7 @@ GIB = 1024 ** 3
 
 def plan_with(tmp_path, **given):
     profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
-    return planner.make_plan(spark_inputs(profile, tmp_path, settings={"monitoring": dict({"enabled": True}, **given)}))
+    return planner.plan_deployment(spark_inputs(profile, tmp_path, settings={"monitoring": dict({"enabled": True}, **given)}))
 
 
 def test_prometheus_scrapes_vllm_on_the_head_and_each_nodes_figures_on_the_fabric(tmp_path):
@@ -60,7 +60,7 @@ def test_a_changed_setting_moves_the_containers_hash(tmp_path):
 
 def test_monitoring_off_plans_nothing_and_opens_no_port(tmp_path):
     profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
-    plan = planner.make_plan(spark_inputs(profile, tmp_path))
+    plan = planner.plan_deployment(spark_inputs(profile, tmp_path))
     assert plan["ok"] and not plan["cluster"]["monitoring"]["enabled"] and plan["cluster"]["monitoring"]["change"] == "none"
     for node in plan["nodes"].values():
         assert node["boot"]["config"]["metrics"] is None
@@ -142,7 +142,7 @@ def test_the_supervisor_serves_metrics_where_the_plan_says_and_stops_when_it_no_
 
 def test_with_the_supervisor_off_prometheus_scrapes_vllm_only_and_says_so(tmp_path):
     profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
-    plan = planner.make_plan(spark_inputs(profile, tmp_path, settings={"monitoring": {"enabled": True}, "boot_start": False}))
+    plan = planner.plan_deployment(spark_inputs(profile, tmp_path, settings={"monitoring": {"enabled": True}, "boot_start": False}))
     assert plan["ok"], plan["errors"]
     assert plan["cluster"]["monitoring"]["jobs"] == {"vllm": 1, "spark-nodes": 0}
     assert any("Prometheus scrapes vLLM only" in w for w in plan["warnings"])

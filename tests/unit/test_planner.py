@@ -38,7 +38,7 @@ def fixture_m25():
 
 
 def test_ray_plan_for_two_sparks(tmp_path, m25):
-    plan = planner.make_plan(spark_inputs(m25, tmp_path))
+    plan = planner.plan_deployment(spark_inputs(m25, tmp_path))
     assert plan["ok"], plan["errors"]
     head, worker = plan["nodes"]["spark1"], plan["nodes"]["spark2"]
     assert (head["rank"], worker["rank"]) == (0, 1)
@@ -83,7 +83,7 @@ def test_ray_plan_for_two_sparks(tmp_path, m25):
 
 
 def test_mp_plan_ranks(tmp_path, m25):
-    plan = planner.make_plan(spark_inputs(m25, tmp_path, backend="mp"))
+    plan = planner.plan_deployment(spark_inputs(m25, tmp_path, backend="mp"))
     assert plan["ok"], plan["errors"]
     head, worker = plan["nodes"]["spark1"]["serve"]["argv"], plan["nodes"]["spark2"]["serve"]["argv"]
     for argv, rank in ((head, "0"), (worker, "1")):
@@ -97,17 +97,17 @@ def test_mp_plan_ranks(tmp_path, m25):
 
 
 def test_config_hash_moves_only_where_the_change_lands(tmp_path, m25):
-    base = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
+    base = planner.plan_deployment(spark_inputs(m25, tmp_path / "a"))
     inputs = spark_inputs(m25, tmp_path / "b")
-    assert planner.make_plan(inputs)["nodes"]["spark2"]["config_hash"] == base["nodes"]["spark2"]["config_hash"]
+    assert planner.plan_deployment(inputs)["nodes"]["spark2"]["config_hash"] == base["nodes"]["spark2"]["config_hash"]
     inputs["nodes"]["spark2"]["fabric_interfaces"] = ["enP2p1s0f1np1"]
-    changed = planner.make_plan(inputs)
+    changed = planner.plan_deployment(inputs)
     assert changed["nodes"]["spark2"]["config_hash"] != base["nodes"]["spark2"]["config_hash"]
     assert changed["nodes"]["spark1"]["config_hash"] == base["nodes"]["spark1"]["config_hash"]
     assert changed["cluster"]["serve_config_hash"] != base["cluster"]["serve_config_hash"]
     inputs = spark_inputs(m25, tmp_path / "c")
     inputs["extra_env"] = {"VLLM_MARLIN_USE_ATOMIC_ADD": "1"}
-    common = planner.make_plan(inputs)
+    common = planner.plan_deployment(inputs)
     assert all(common["nodes"][n]["config_hash"] != base["nodes"][n]["config_hash"] for n in ("spark1", "spark2"))
 
 
@@ -115,7 +115,7 @@ def test_m3_on_three_nodes_with_uneven_heads_allowed(tmp_path):
     m3 = profile("minimax_m3_nvfp4_tp3")
     inputs = spark_inputs(m3, tmp_path, count=3)
     inputs["model_config"] = {"num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128}
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert plan["ok"], plan["errors"]
     assert any("TP=3 neither divides the 8 KV heads" in w for w in plan["warnings"])
     assert plan["nodes"]["spark3"]["rank"] == 2
@@ -127,12 +127,12 @@ def test_m3_on_three_nodes_with_uneven_heads_allowed(tmp_path):
 def test_uneven_heads_are_refused_without_the_profiles_permission(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path, count=3)
     inputs["overrides"] = {"tensor_parallel_size": 3}
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert "TP=3 neither divides the 8 KV heads nor is a multiple of them of lukealonso/MiniMax-M2.5-NVFP4" in errors(plan)[0]
 
 
 def test_node_count_not_matching_parallel_sizes(tmp_path, m25):
-    plan = planner.make_plan(spark_inputs(m25, tmp_path, count=3))
+    plan = planner.plan_deployment(spark_inputs(m25, tmp_path, count=3))
     assert plan["ok"] is False and plan["stage"] == "full"
     assert errors(plan) == ["TP x PP x DP = 2 x 1 x 1 = 2, but the inventory has 3 node(s) with 1 GPU(s) each = 3; "
                             "profile minimax_m25_nvfp4_ep is for 2 node(s): add or remove nodes, or choose another profile"]
@@ -141,7 +141,7 @@ def test_node_count_not_matching_parallel_sizes(tmp_path, m25):
 def test_model_that_does_not_fit_names_node_and_shortfall(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path, meminfo="gb10-page-cache.txt")
     inputs["overrides"] = {"gpu_memory_utilization": 0.92}  # 110.1 GiB of the 119.67 CUDA reports; 108.2 GiB available
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert plan["ok"] is False
     assert {e["host"] for e in plan["errors"]} == {"spark1", "spark2"}
     assert "short by" in errors(plan)[0] and "Drop page caches" in errors(plan)[0]
@@ -150,7 +150,7 @@ def test_model_that_does_not_fit_names_node_and_shortfall(tmp_path, m25):
 def test_same_fabric_ip_twice(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["nodes"]["spark2"]["fabric_ip"] = "192.168.100.10"
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert errors(plan) == ["spark1 and spark2 have the same spark_fabric_ip 192.168.100.10; each node needs its own"]
 
 
@@ -158,31 +158,31 @@ def test_same_fabric_ip_twice(tmp_path, m25):
 def test_not_exactly_one_head(tmp_path, m25, heads):
     inputs = spark_inputs(m25, tmp_path)
     inputs["head_hosts"] = heads
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert "exactly one host in spark_head, found %d" % len(heads) in errors(plan)[0]
 
 
 def test_ray_client_address_is_refused(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["extra_env"] = {"RAY_ADDRESS": "ray://192.168.100.10:10001"}
-    assert "Ray Client address" in errors(planner.make_plan(inputs))[0]
+    assert "Ray Client address" in errors(planner.plan_deployment(inputs))[0]
 
 
 def test_mp_with_an_image_without_nnodes(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path, backend="mp")
     for key in ("--nnodes", "-n"):
         inputs["image_info"]["options"].pop(key, None)
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert any("backend mp needs vLLM's --nnodes" in m for m in errors(plan))
 
 
 def test_missing_gid_facts_on_a_node_that_needs_roce(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["nodes"]["spark2"]["roce"] = {"roce_devices": [], "nccl_ib_hca": None, "nccl_gid_index": None}
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert errors(plan)[0].startswith("spark2 has no usable RoCE GID while spark1 have RoCE")
     inputs["settings"]["nccl_transport"] = "socket"
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert plan["ok"] and plan["nodes"]["spark1"]["env_node"]["NCCL_IB_DISABLE"] == "1"
 
 
@@ -190,13 +190,13 @@ def test_fabric_ip_not_on_a_roce_port(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["nodes"]["spark2"]["fabric_ip"] = "10.0.0.2"
     assert "spark2: spark_fabric_ip 10.0.0.2 is not carried by any ACTIVE RoCE port (they carry 192.168.100.11, 192.168.101.11)" \
-        in errors(planner.make_plan(inputs))[0]
+        in errors(planner.plan_deployment(inputs))[0]
 
 
 def test_slow_fabric_interface_is_a_warning(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["nodes"]["spark2"]["fabric_interfaces"] = ["enP7s7"]
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert plan["ok"]
     assert any(w.startswith("spark2: the fabric interface enP7s7 is not a ConnectX RoCE port") for w in plan["warnings"])
 
@@ -204,9 +204,9 @@ def test_slow_fabric_interface_is_a_warning(tmp_path, m25):
 def test_flag_the_image_lacks_is_refused_or_dropped(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["extra_flags"] = {"--swap-space": 4}
-    assert "does not accept --swap-space" in errors(planner.make_plan(inputs))[0]
+    assert "does not accept --swap-space" in errors(planner.plan_deployment(inputs))[0]
     inputs["profile"]["vllm"]["optional_flags"] = ["--swap-space"]
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert plan["ok"] and "--swap-space" not in plan["cluster"]["vllm_argv"]
     assert any("does not accept --swap-space; dropped" in w for w in plan["warnings"])
 
@@ -214,19 +214,19 @@ def test_flag_the_image_lacks_is_refused_or_dropped(tmp_path, m25):
 def test_flag_value_outside_its_choices(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["extra_flags"] = {"--kv-cache-dtype": "fp7"}
-    assert "--kv-cache-dtype fp7 is not one of auto, bfloat16" in errors(planner.make_plan(inputs))[0]
+    assert "--kv-cache-dtype fp7 is not one of auto, bfloat16" in errors(planner.plan_deployment(inputs))[0]
 
 
 def test_unknown_parser_is_refused(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["profile"]["vllm"]["flags"]["--reasoning-parser"] = "minimax_m9"
-    assert "reasoning parser minimax_m9 is not in" in errors(planner.make_plan(inputs))[0]
+    assert "reasoning parser minimax_m9 is not in" in errors(planner.plan_deployment(inputs))[0]
 
 
 def test_inventory_stage_needs_no_probes(m25):
     inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": m25, "backend": "ray",
               "nodes": {"a": {"fabric_ip": "10.0.0.1"}, "b": {"fabric_ip": "10.0.0.2"}}}
-    plan = planner.make_plan(inputs, stage="inventory")
+    plan = planner.plan_deployment(inputs, stage="inventory")
     assert plan["ok"] and "cluster" not in plan
 
 
@@ -270,7 +270,7 @@ def test_sim_tiny_profile_plans_on_the_simulated_shape(tmp_path):
                                                    "devices": [], "gpus": "none", "simulated": True, "state_dir": "/sim/{node}/state"})
     inputs["model_config"] = {"num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
                               "hidden_size": 128, "max_position_embeddings": 4096}
-    plan = planner.make_plan(copy.deepcopy(inputs))
+    plan = planner.plan_deployment(copy.deepcopy(inputs))
     assert plan["ok"], plan["errors"]
     spec = plan["nodes"]["spark2"]["containers"][0]
     assert spec["network_mode"] == "container:spark2"
@@ -282,7 +282,7 @@ def test_sim_tiny_profile_plans_on_the_simulated_shape(tmp_path):
 def test_utilization_outside_zero_one_is_refused_before_probing(m25):
     inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": m25, "backend": "ray", "overrides": {"gpu_memory_utilization": 1.5},
               "nodes": {"a": {"fabric_ip": "10.0.0.1"}, "b": {"fabric_ip": "10.0.0.2"}}}
-    plan = planner.make_plan(inputs, stage="inventory")
+    plan = planner.plan_deployment(inputs, stage="inventory")
     assert errors(plan) == ["gpu_memory_utilization must be in (0, 1], got 1.5; vLLM requests that share of each node's memory"]
 
 
@@ -290,7 +290,7 @@ def test_context_longer_than_the_model_is_refused(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["overrides"] = {"max_model_len": 300000}
     inputs["profile"]["env"].pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
-    assert "max_model_len 300000 exceeds the model's 196608 tokens" in errors(planner.make_plan(inputs))[0]
+    assert "max_model_len 300000 exceeds the model's 196608 tokens" in errors(planner.plan_deployment(inputs))[0]
 
 
 def test_ring_plan_adds_subnet_aware_routing_with_the_links_prefix(tmp_path):
@@ -299,7 +299,7 @@ def test_ring_plan_adds_subnet_aware_routing_with_the_links_prefix(tmp_path):
         {"subnet": "192.168.10.0/30", "a": "spark1", "a_if": "enp1s0f0np0", "b": "spark2", "b_if": "enp1s0f1np1"},
         {"subnet": "192.168.20.0/30", "a": "spark2", "a_if": "enp1s0f0np0", "b": "spark3", "b_if": "enp1s0f1np1"},
         {"subnet": "192.168.30.0/30", "a": "spark3", "a_if": "enp1s0f0np0", "b": "spark1", "b_if": "enp1s0f1np1"}]}})
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert plan["ok"], plan["errors"]
     for node in plan["nodes"].values():
         assert node["env_node"]["NCCL_IB_SUBNET_AWARE_ROUTING"] == "1"
@@ -312,7 +312,7 @@ def test_offline_plan_has_placeholders_and_says_so(m25):
               "settings": {"image": "x", "offline": True},
               "nodes": {"a": {"fabric_ip": "10.0.0.1", "fabric_interfaces": ["enp1s0f1np1"]},
                         "b": {"fabric_ip": "10.0.0.2", "fabric_interfaces": ["enp1s0f1np1"]}}}
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     assert plan["ok"], plan["errors"]
     assert plan["nodes"]["b"]["env_node"]["NCCL_IB_HCA"] == "<ACTIVE RoCE ports, probed on b>"
     assert plan["warnings"][0].startswith("offline plan: no node was probed")
@@ -320,7 +320,7 @@ def test_offline_plan_has_placeholders_and_says_so(m25):
 
 def test_socket_transport_turns_strict_mode_off_with_a_warning(tmp_path):
     mxfp4 = profile("minimax_m27_mxfp4")
-    plan = planner.make_plan(spark_inputs(mxfp4, tmp_path, settings={"nccl_transport": "socket", "nccl_strict": True}))
+    plan = planner.plan_deployment(spark_inputs(mxfp4, tmp_path, settings={"nccl_transport": "socket", "nccl_strict": True}))
     assert plan["ok"], plan["errors"]
     assert any(w.startswith("vllm_nccl_transport is socket, so strict mode (vllm_nccl_strict, NCCL_NET=IB) is off")
                for w in plan["warnings"])
@@ -328,14 +328,14 @@ def test_socket_transport_turns_strict_mode_off_with_a_warning(tmp_path):
     assert (env["NCCL_IB_DISABLE"], env["NCCL_P2P_DISABLE"], "NCCL_NET" in env) == ("1", "1", False)
     assert plan["cluster"]["nccl_strict"] is False
     # strict with RoCE keeps NCCL_NET=IB
-    strict = planner.make_plan(spark_inputs(mxfp4, tmp_path / "b", settings={"nccl_strict": True}))
+    strict = planner.plan_deployment(spark_inputs(mxfp4, tmp_path / "b", settings={"nccl_strict": True}))
     assert strict["nodes"]["spark2"]["env"]["NCCL_NET"] == "IB"
 
 
 def test_extra_env_null_takes_a_profile_variable_out(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["extra_env"] = {"PYTORCH_CUDA_ALLOC_CONF": None, "RAY_memory_monitor_refresh_ms": None}
-    env = planner.make_plan(inputs)["cluster"]["env_common"]
+    env = planner.plan_deployment(inputs)["cluster"]["env_common"]
     assert "PYTORCH_CUDA_ALLOC_CONF" not in env and "RAY_memory_monitor_refresh_ms" not in env
 
 
@@ -343,13 +343,13 @@ def test_offline_plan_plans_memory_for_an_idle_spark(m25):
     inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": m25, "backend": "ray", "settings": {"image": "x", "offline": True},
               "nodes": {"a": {"fabric_ip": "10.0.0.1", "fabric_interfaces": ["enp1s0f1np1"]},
                         "b": {"fabric_ip": "10.0.0.2", "fabric_interfaces": ["enp1s0f1np1"]}}}
-    memory = planner.make_plan(inputs)["cluster"]["memory"]
+    memory = planner.plan_deployment(inputs)["cluster"]["memory"]
     assert memory["nodes"]["a"]["requested_bytes"] == int(-(-plan_memory.GB10_CUDA_TOTAL_BYTES * 0.85 // 1))
     assert memory["nodes"]["a"]["kv_tokens"] > 4096
 
 
 def test_plan_names_every_path_port_and_url_the_roles_use(tmp_path, m25):
-    plan = planner.make_plan(spark_inputs(m25, tmp_path, settings={"port": 9000, "state_dir": "/srv/{node}/state"}))
+    plan = planner.plan_deployment(spark_inputs(m25, tmp_path, settings={"port": 9000, "state_dir": "/srv/{node}/state"}))
     head = plan["nodes"]["spark1"]
     assert head["paths"]["state_dir"] == "/srv/spark1/state/dgx-spark"
     assert head["paths"]["launcher"] == "/srv/spark1/state/dgx-spark/bin/vllm-serve"
@@ -365,12 +365,12 @@ def test_plan_names_every_path_port_and_url_the_roles_use(tmp_path, m25):
 
 
 def test_inventory_stage_names_the_paths_before_any_probe(tmp_path, m25):
-    plan = planner.make_plan(spark_inputs(m25, tmp_path), stage="inventory")
+    plan = planner.plan_deployment(spark_inputs(m25, tmp_path), stage="inventory")
     assert plan["ok"] and plan["nodes"]["spark2"]["paths"]["models_dir"] == "/var/lib/dgx-spark-vllm/models"
 
 
 def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
-    first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
+    first = planner.plan_deployment(spark_inputs(m25, tmp_path / "a"))
 
     def ps(plan, name, state="running", hash_of=None):
         spec = plan["nodes"][name]["containers"][0]
@@ -383,11 +383,11 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     serve_hash = first["nodes"]["spark1"]["serve"]["config_hash"]
     inputs["nodes"]["spark1"].update(docker_ps=[ps(first, "spark1")], vllm={"running": True, "config_hash": serve_hash})
     inputs["nodes"]["spark2"].update(docker_ps=[ps(first, "spark2")])
-    same = planner.make_plan(copy.deepcopy(inputs))
+    same = planner.plan_deployment(copy.deepcopy(inputs))
     assert same["cluster"]["changes"] == [] and same["nodes"]["spark1"]["serve"]["change"] == "none"
     inputs["nodes"]["spark1"]["docker_ps"] = [ps(first, "spark1", hash_of="0" * 16)]
     assert [same["nodes"][n]["writes"]["baseline"] for n in ("spark1", "spark2")] == [None, None]
-    replaced = planner.make_plan(inputs)
+    replaced = planner.plan_deployment(inputs)
     assert replaced["cluster"]["changes"] == ["spark1: recreate dgx-spark-ray-spark1", "spark2: restart dgx-spark-ray-spark2"]
     assert replaced["nodes"]["spark1"]["serve"]["change"] == "start"
     for name in ("spark1", "spark2"):  # vLLM starts again: each node's memory now is the baseline teardown compares with
@@ -397,7 +397,7 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
 def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that_left(tmp_path, m25):
     """The ray fact is spark_node_info's reading of a captured 2-node simulated cluster, its addresses (10.210.0.10 and
     .11) replaced by the sample inventory's."""
-    first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
+    first = planner.plan_deployment(spark_inputs(m25, tmp_path / "a"))
 
     def ps(name):
         spec = first["nodes"][name]["containers"][0]
@@ -410,44 +410,44 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     inputs["nodes"]["spark2"].update(docker_ps=[ps("spark2")])
     for name in ("spark1", "spark2"):
         inputs["nodes"][name]["state"] = written(first["nodes"][name])
-    healthy = planner.make_plan(copy.deepcopy(inputs))
+    healthy = planner.plan_deployment(copy.deepcopy(inputs))
     assert healthy["cluster"]["apply_needed"] is False and healthy["cluster"]["join_gate_proven"] is True
-    text = render.render(healthy)
+    text = render.deployment(healthy)
     assert "Changes: none, every container and vLLM run as planned" in text
     assert "Join gate: every node and GPU has joined Ray (read by the head's probe)" in text
     left = json.loads(captured)
     left["nodes"] = [n for n in left["nodes"] if n["NodeManagerAddress"] != "192.168.100.11"]
     inputs["nodes"]["spark1"]["ray"] = node_probe.ray(0, json.dumps(left), "", "dgx-spark-ray-spark1")
-    missing = planner.make_plan(copy.deepcopy(inputs))
+    missing = planner.plan_deployment(copy.deepcopy(inputs))
     assert missing["cluster"]["changes"] == ["spark2: restart dgx-spark-ray-spark2"]
     assert missing["nodes"]["spark1"]["serve"]["change"] == "start" and missing["cluster"]["join_gate_proven"] is False
     # vLLM runs: it is stopped by its process group before the worker's container restarts under its rank (fact 3)
     assert missing["nodes"]["spark1"]["serve"]["stop_first"] and not healthy["nodes"]["spark1"]["serve"]["stop_first"]
-    assert "Changes: spark2: restart dgx-spark-ray-spark2; spark1: stop, then start vLLM" in render.render(missing)
+    assert "Changes: spark2: restart dgx-spark-ray-spark2; spark1: stop, then start vLLM" in render.deployment(missing)
     inputs["nodes"]["spark1"]["ray"] = node_probe.ray(1, "", "Error response from daemon: No such container: x", "x")
-    unread = planner.make_plan(inputs)
+    unread = planner.plan_deployment(inputs)
     assert unread["cluster"]["apply_needed"] is False and unread["cluster"]["join_gate_proven"] is False  # the gate task waits
 
 
 def test_groups_outside_spark_cluster_are_refused(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["groups"] = {"spark_cluster": ["spark1"], "spark_head": ["spark1"], "spark_workers": ["spark2"]}
-    assert "spark2 in spark_head or spark_workers but not in spark_cluster" in errors(planner.make_plan(inputs, stage="inventory"))[0]
+    assert "spark2 in spark_head or spark_workers but not in spark_cluster" in errors(planner.plan_deployment(inputs, stage="inventory"))[0]
 
 
 def test_ports_must_be_ports_and_differ(tmp_path, m25):
-    assert "vllm_port 70000 is not a TCP port" in errors(planner.make_plan(spark_inputs(m25, tmp_path, settings={"port": 70000})))[0]
-    assert "must differ" in errors(planner.make_plan(spark_inputs(m25, tmp_path, settings={"port": 6379})))[0]
+    assert "vllm_port 70000 is not a TCP port" in errors(planner.plan_deployment(spark_inputs(m25, tmp_path, settings={"port": 70000})))[0]
+    assert "must differ" in errors(planner.plan_deployment(spark_inputs(m25, tmp_path, settings={"port": 6379})))[0]
 
 
 def test_a_new_api_key_restarts_vllm_but_not_ray(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
-    first = planner.make_plan(dict(inputs, api_key_digest="DIGEST-ONE"))
-    second = planner.make_plan(dict(inputs, api_key_digest="DIGEST-TWO"))
+    first = planner.plan_deployment(dict(inputs, api_key_digest="DIGEST-ONE"))
+    second = planner.plan_deployment(dict(inputs, api_key_digest="DIGEST-TWO"))
     assert first["nodes"]["spark2"]["config_hash"] == second["nodes"]["spark2"]["config_hash"]
     assert first["cluster"]["serve_config_hash"] != second["cluster"]["serve_config_hash"]
-    mp_first = planner.make_plan(dict(spark_inputs(m25, tmp_path / "mp", backend="mp"), api_key_digest="DIGEST-ONE"))
-    mp_second = planner.make_plan(dict(spark_inputs(m25, tmp_path / "mp2", backend="mp"), api_key_digest="DIGEST-TWO"))
+    mp_first = planner.plan_deployment(dict(spark_inputs(m25, tmp_path / "mp", backend="mp"), api_key_digest="DIGEST-ONE"))
+    mp_second = planner.plan_deployment(dict(spark_inputs(m25, tmp_path / "mp2", backend="mp"), api_key_digest="DIGEST-TWO"))
     assert mp_first["nodes"]["spark2"]["config_hash"] != mp_second["nodes"]["spark2"]["config_hash"]
     assert "DIGEST-ONE" not in json.dumps(first) and "DIGEST-TWO" not in json.dumps(second)
 
@@ -462,7 +462,7 @@ def written(node):
 
 
 def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
-    first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
+    first = planner.plan_deployment(spark_inputs(m25, tmp_path / "a"))
     head = first["nodes"]["spark1"]
     assert [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]] == ["vllm-serve", "ray_non_carry_over_env_vars.json"]
     assert json.loads(head["writes"]["files"][1]["content"]) == first["cluster"]["non_carry_over_env_vars"]
@@ -475,20 +475,20 @@ def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path / "b")
     found = written(head)
     inputs["nodes"]["spark1"]["state"] = found
-    again = planner.make_plan(inputs)["nodes"]["spark1"]["writes"]
+    again = planner.plan_deployment(inputs)["nodes"]["spark1"]["writes"]
     assert again == {"folders": [], "files": [], "baseline": head["writes"]["baseline"],  # vLLM still starts: a new baseline
                      "firewall": {"files": [], "enable": False}}
     del inputs["nodes"]["spark1"]["state"][head["firewall"]["wants"]]  # the unit was disabled by hand
-    assert planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["firewall"] == {"files": [], "enable": True}
+    assert planner.plan_deployment(inputs)["nodes"]["spark1"]["writes"]["firewall"] == {"files": [], "enable": True}
     inputs["nodes"]["spark1"]["state"] = found
     inputs["nodes"]["spark1"]["state"] = dict(found, **{head["paths"]["launcher"]: "0" * 64})
-    assert [f["path"] for f in planner.make_plan(inputs)["nodes"]["spark1"]["writes"]["files"]] == [head["paths"]["launcher"]]
+    assert [f["path"] for f in planner.plan_deployment(inputs)["nodes"]["spark1"]["writes"]["files"]] == [head["paths"]["launcher"]]
 
 
 def test_a_kept_container_missing_a_planned_variable_is_recreated_and_named(tmp_path, m25):
     """Fact 7 and the simulated trap: a worker's container with our labels and hash but without one planned variable
     (changed behind our back) is recreated by the re-run, which names the variable; vLLM starts again."""
-    first = planner.make_plan(spark_inputs(m25, tmp_path / "a"))
+    first = planner.plan_deployment(spark_inputs(m25, tmp_path / "a"))
 
     def ps(name):
         spec = first["nodes"][name]["containers"][0]
@@ -502,21 +502,21 @@ def test_a_kept_container_missing_a_planned_variable_is_recreated_and_named(tmp_
     inputs["nodes"]["spark1"].update(docker_ps=[ps("spark1")], container_env={"dgx-spark-ray-spark1": env("spark1")},
                                      vllm={"running": True, "config_hash": first["nodes"]["spark1"]["serve"]["config_hash"]})
     inputs["nodes"]["spark2"].update(docker_ps=[ps("spark2")], container_env={"dgx-spark-ray-spark2": env("spark2")})
-    assert planner.make_plan(copy.deepcopy(inputs))["cluster"]["changes"] == []
+    assert planner.plan_deployment(copy.deepcopy(inputs))["cluster"]["changes"] == []
     inputs["nodes"]["spark2"]["container_env"] = {"dgx-spark-ray-spark2": env("spark2", drop="NCCL_IB_GID_INDEX")}
-    drifted = planner.make_plan(inputs)
+    drifted = planner.plan_deployment(inputs)
     assert drifted["ok"], drifted["errors"]
     assert drifted["cluster"]["changes"] == ["spark2: recreate dgx-spark-ray-spark2"]
     assert drifted["nodes"]["spark1"]["serve"]["change"] == "start"
     planned = first["nodes"]["spark2"]["env_node"]["NCCL_IB_GID_INDEX"]
     assert ("Environment drift: spark2: NCCL_IB_GID_INDEX is missing in the container, planned %r (per-node value); "
-            "dgx-spark-ray-spark2 is recreated" % planned) in render.render(drifted)
+            "dgx-spark-ray-spark2 is recreated" % planned) in render.deployment(drifted)
 
 
 def inventory_errors(profile_data, settings=None, overrides=None):
     inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": profile_data, "backend": "ray", "settings": settings or {},
               "overrides": overrides or {}, "nodes": {"a": {"fabric_ip": "10.0.0.1"}, "b": {"fabric_ip": "10.0.0.2"}}}
-    plan = planner.make_plan(inputs, stage="inventory")
+    plan = planner.plan_deployment(inputs, stage="inventory")
     return plan["errors"], plan["warnings"]
 
 
@@ -551,7 +551,7 @@ def test_trust_remote_code_needs_a_commit_or_an_explicit_unpinned_choice():
 
 
 def bind_plan(tmp_path, m25, **settings):
-    plan = planner.make_plan(spark_inputs(m25, tmp_path, settings=settings))
+    plan = planner.plan_deployment(spark_inputs(m25, tmp_path, settings=settings))
     return plan, plan["nodes"].get("spark1", {}).get("serve", {}).get("argv")
 
 
@@ -581,7 +581,7 @@ def test_a_bind_address_the_head_does_not_have_is_refused(tmp_path, m25, given, 
 def test_an_ansible_host_that_resolves_elsewhere_is_refused(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["nodes"]["spark1"]["resolved"] = ["203.0.113.7"]  # a NAT or a stale DNS entry
-    found = planner.make_plan(inputs)["errors"]
+    found = planner.plan_deployment(inputs)["errors"]
     assert found[0]["value"] == "spark1.lan"
     assert "spark1's ansible_host spark1.lan resolves on spark1 to 203.0.113.7, none of them an address of spark1" in found[0]["message"]
     assert found[0]["message"].endswith("set vllm_bind_address to the address users reach the endpoint at")
@@ -590,7 +590,7 @@ def test_an_ansible_host_that_resolves_elsewhere_is_refused(tmp_path, m25):
 def test_a_host_in_the_cluster_but_in_no_child_group_is_refused(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["groups"] = {"spark_cluster": ["spark1", "spark2", "spark3"], "spark_head": ["spark1"], "spark_workers": ["spark2"]}
-    found = planner.make_plan(inputs, stage="inventory")["errors"]
+    found = planner.plan_deployment(inputs, stage="inventory")["errors"]
     assert (found[0]["host"], found[0]["value"]) == ("spark3", "spark3")
     assert "spark3 is in spark_cluster but in neither spark_head nor spark_workers" in found[0]["message"]
     assert found[0]["message"].endswith("put it in spark_workers, or take it out of spark_cluster")

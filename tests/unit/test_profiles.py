@@ -33,7 +33,7 @@ def refusal(tmp_path, text):
 
 
 def test_a_profile_written_from_the_docs_plans_clean(tmp_path):
-    plan = planner.make_plan(spark_inputs(load(tmp_path, GOOD), tmp_path))
+    plan = planner.plan_deployment(spark_inputs(load(tmp_path, GOOD), tmp_path))
     assert plan["ok"], plan["errors"]
     assert plan["cluster"]["endpoint"]["served_model_name"] == "my-org/my-moe-nvfp4"
     assert "--served-model-name" not in plan["cluster"]["vllm_argv"]

@@ -75,12 +75,12 @@ def test_the_last_known_good_record_plans_the_same_deployment_again(tmp_path):
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(root, "profiles")]))
     inputs = spark_inputs(m25, tmp_path)
     inputs["overrides"] = {"max_model_len": 65536, "gpu_memory_utilization": None}
-    plan = planner.make_plan(inputs)
+    plan = planner.plan_deployment(inputs)
     recorded = deployments.record(plan, None, 1795500000.0)
     assert recorded["image_id"] == plan["cluster"]["image_id"] and recorded["profile"] == "minimax_m25_nvfp4_ep"
     assert recorded["serve_config_hash"] == plan["cluster"]["serve_config_hash"] and recorded["nodes"] == plan["nodes_order"]
     assert deployments.extra_vars(recorded) == {"vllm_profile": "minimax_m25_nvfp4_ep", "vllm_backend": "ray", "vllm_max_model_len": 65536}
     assert deployments.same(recorded, plan)
     inputs["overrides"] = {"max_model_len": 32768}
-    assert not deployments.same(recorded, planner.make_plan(inputs))  # another configuration of vLLM
+    assert not deployments.same(recorded, planner.plan_deployment(inputs))  # another configuration of vLLM
     assert not deployments.same(None, plan)
