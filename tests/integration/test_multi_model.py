@@ -174,4 +174,4 @@ def test_the_teardown_of_one_leaves_the_other_serving_throughout(served):
     assert chat("sim-tiny")[0] == 200 and chat("sim-tiny-ring")[0] >= 400
     record("load", "teardown.yml of one deployment of two", "the other answers throughout", load=figures)
     rc, out = playbook("teardown", "-e", "vllm_deployment=nope", check=False)
-    assert rc != 0 and "vllm_deployment=nope: the inventory lists the deployments chat, coder; name one of them" in out
+    assert rc != 0 and "vllm_deployment=nope: the inventory's deployments are chat, coder; name one of them" in out

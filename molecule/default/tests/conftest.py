@@ -51,7 +51,8 @@ def fixture_paths(pytestconfig):
 @pytest.fixture(scope="session", name="plan")
 def fixture_plan(paths):
     with open(os.path.join(paths["inventory"], ".artifacts", "plan.json"), encoding="utf-8") as handle:
-        return json.load(handle)
+        whole = json.load(handle)
+    return whole["deployments"][whole["deployment_order"][0]]  # the whole cluster, its one deployment
 
 
 @pytest.fixture(scope="session", name="api_key")
