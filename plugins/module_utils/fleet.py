@@ -262,7 +262,7 @@ def check_memory(entries, plans, findings):
 
 def gateway_place(settings, head, endpoint):
     """Where the gateway runs and answers: its head, container, folder and URL (the first deployment's endpoint
-    moved to the cluster's own port). The plan and the playbooks that run without a profile (planner.fleet_paths)
+    moved to the cluster's own port). The plan and the playbooks that run without a profile (planner.paths)
     both name it from here."""
     advertised = urlsplit(endpoint.get("url") or "http://%s" % (endpoint.get("bind_address") or "0.0.0.0")).hostname
     return {"host": head, "container": "%s-gateway" % settings["cluster_name"],

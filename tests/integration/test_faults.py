@@ -305,10 +305,10 @@ def test_a_serving_node_shows_its_rank_in_memory_and_in_nvidia_smi(client):
 
 def test_traps_on_a_serving_cluster_are_named_by_the_plan_then_taken_back(client):
     """GID drift (the re-run recreates the drifted worker), a node that starts with less, a node without RDMA devices:
-    plan.yml names each with its host, value and fix, and changes nothing."""
+    preflight.yml (every check serve.yml makes first) names each with its host, value and fix, and changes nothing."""
     sim("faults-sim-traps-serving", {"gid_drift": ["sim-worker1"], "unbalanced": {"sim-worker1": 20}, "no_infiniband": ["sim-head"]})
     before = every_container(client)
-    rc, out = playbook("plan", log="faults-plan-traps")
+    rc, out = playbook("preflight", log="faults-preflight-traps")
     assert rc != 0
     assert "Changes: sim-worker1: recreate dgx-spark-ray-sim-worker1" in out  # its NCCL_IB_GID_INDEX moved 5 -> 3
     assert "ERROR [sim-head]: sim-head: /dev/infiniband holds no device, so its container would get no RDMA device and NCCL " \

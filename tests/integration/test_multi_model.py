@@ -143,6 +143,30 @@ def test_status_shows_each_deployment_and_the_gateway(served):
     assert "Gateway http://10.209.0.10:8000/v1: routes sim-tiny, sim-tiny-ring" in out
 
 
+def test_model_fabric_and_bench_act_on_each_deployment_on_its_own_nodes(served):
+    """The playbooks that once refused vllm_deployments: model.yml and fabric.yml find each deployment complete and
+    change nothing; bench.yml measures each one from its head into its own folder, or only the one named."""
+    import glob  # pylint: disable=import-outside-toplevel
+
+    before = containers()
+    for name in ("model", "fabric"):
+        dummy, out = playbook(name, log="models-" + name)
+        assert all(h["changed"] == 0 and h["failed"] == 0 for h in recap(out).values()), (name, recap(out))
+    sweep = {"vllm_bench_concurrency": [1], "vllm_bench_input_lens": [32], "vllm_bench_output_lens": [8],
+             "vllm_bench_prompts_per_stream": 2, "vllm_bench_min_prompts": 2}
+
+    def runs():
+        return {name: len(glob.glob(os.path.join(INVENTORY, ".artifacts", name, "bench", "*", "bench.csv"))) for name in MODELS}
+
+    first = runs()
+    playbook("bench", "-e", json.dumps(sweep), log="models-bench")
+    time.sleep(1)  # each run's folder is named by its second
+    assert runs() == {name: count + 1 for name, count in first.items()}
+    playbook("bench", "-e", json.dumps(sweep), "-e", "vllm_deployment=coder", log="models-bench-coder")
+    assert runs() == {"chat": first["chat"] + 1, "coder": first["coder"] + 2}
+    assert containers() == before
+
+
 def test_a_changed_deployment_restarts_alone_while_the_other_answers(served):
     before = containers()
     changed = [{"name": "chat", "profile": "sim_tiny", "nodes": "spark_cluster"},

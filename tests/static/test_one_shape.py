@@ -1,0 +1,53 @@
+"""One shape: the plan is a list of deployments whatever the inventory lists (the whole cluster is one), so no role or
+playbook asks which shape it has. A scan of every task file, default, template and playbook for a condition on it: a
+``fleet`` flag, a count of the deployments, or the inventory's ``vllm_deployments`` read outside the preflight role's
+defaults (the one place the inventory's choices are read)."""
+
+import glob
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SHAPE = re.compile(r"\bfleet\b|(deployments|deployment_order|preflight_chosen)\s*\|\s*length|\bvllm_deployments\b")
+# The inventory's choices are read once, there.
+READS_THE_INVENTORY = ("roles/preflight/defaults/main.yml",)
+# The guard of the playbooks that act on one deployment (bench, fabric, model, recover, upgrade): they refuse
+# vllm_deployments until each loops over the deployments (issue 31, still open).
+STILL_GUARDED = ("roles/preflight/tasks/single.yml",)
+
+
+def files():
+    found = []
+    for pattern in ("roles/**/*.yml", "roles/**/*.j2", "playbooks/*.yml", "playbooks/tasks/*.yml"):
+        found += [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True)]
+    return sorted(p for p in set(found) if "/meta/" not in p and not p.startswith("roles/sim_cluster/")
+                  and p not in READS_THE_INVENTORY + STILL_GUARDED)
+
+
+def offending(text, path):
+    hits = []
+    for number, line in enumerate(text.splitlines(), 1):
+        code = line.split(" #", 1)[0]
+        if code.lstrip().startswith(("#", "- name:", "name:")):  # comments and task names explain, they decide nothing
+            continue
+        if SHAPE.search(code):
+            hits.append("%s:%d: a condition on the plan's shape: %s" % (path, number, line.strip()))
+    return hits
+
+
+def test_the_scan_sees_a_branch_on_the_shape():
+    for planted in ("  when: not serve_planned.fleet | default(false)", "  when: vllm_deployments | length > 0",
+                    "  that: preflight_paths.plan.deployment_order | length == 1",
+                    "  loop: \"{{ vllm_deployments | default([]) }}\""):
+        assert offending(planted, "x.yml"), planted
+    assert not offending("  loop: \"{{ serve_planned.deployment_order }}\"", "x.yml")
+    assert len(files()) > 40
+
+
+@pytest.mark.parametrize("path", files())
+def test_no_role_or_playbook_branches_on_the_plans_shape(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
+        assert not offending(handle.read(), path)
