@@ -18,7 +18,11 @@ description:
     container's log in O(logs_dir) beside vLLM's (fact 16), then removes the containers and vLLM's state file.
   - Compares the node's C(MemAvailable) with the baseline written before the launch, waiting up to O(memory_wait)
     seconds while the kernel takes back what was freed, and says whether the node needs a reboot (RV(memory)).
-  - One module call instead of a task per step, since each task costs a round trip to the node.
+  - First removes the node's supervisor (O(boot)), so that it starts nothing again, and last the cluster's firewall
+    (O(firewall): its nftables table, only that one, and its boot unit, link and ruleset).
+  - One module call instead of a task per step, since each task costs a round trip to the node; its action plugin then
+    copies every log to the controller (O(logs_dest)) over the same connection.
+  - Needs root (C(become)) for the supervisor and the firewall.
 author:
   - dgx_spark.vllm developers (@dgx-spark)
 extends_documentation_fragment:
@@ -79,6 +83,19 @@ options:
     description: Docker CLI.
     type: str
     default: docker
+  boot:
+    description: The node's supervisor as the plan names it (C(paths), C(unit_name)); removed first. Omit to leave it.
+    type: dict
+  firewall:
+    description:
+      - The cluster's firewall on the node, removed last. C(table) (the nftables table, in family C(inet)) and
+        C(files) (its boot unit's link, the unit and the ruleset).
+    type: dict
+  logs_dest:
+    description:
+      - The controller's folder the action plugin copies every log in RV(logs) into (as C(<logs_dest>/<name>)). Omit to
+        leave the logs on the node.
+    type: path
 """
 
 EXAMPLES = r"""
@@ -89,6 +106,8 @@ EXAMPLES = r"""
     serve_container: dgx-spark-ray-spark1
     logs_dir: /var/lib/dgx-spark/state/dgx-spark/logs
     baseline_file: /var/lib/dgx-spark/state/dgx-spark/run/baseline.json
+    logs_dest: /home/me/inventory/.artifacts/logs/spark1
+  become: true
   register: taken_back
 """
 
@@ -112,6 +131,15 @@ logs:
   type: list
   elements: str
   returned: always
+supervisor_removed:
+  description: True when the node's supervisor was there and was removed.
+  type: bool
+  returned: always
+firewall_removed:
+  description: The firewall's table and files that were there and were removed.
+  type: list
+  elements: str
+  returned: always
 memory:
   description:
     - C(judged) (false without a baseline), C(ok), C(missing_gib) against the baseline and a C(message) that names the
@@ -128,6 +156,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.boot_control import Supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import teardown as td
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run, to_file
@@ -150,6 +179,9 @@ def main():
             memory_wait=dict(type="int", default=10),
             stop_timeout=dict(type="int", default=60),
             docker=dict(type="str", default="docker"),
+            boot=dict(type="dict"),
+            firewall=dict(type="dict"),
+            logs_dest=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -169,9 +201,15 @@ def main():
     if left:
         module.warn("%s: container(s) %s carry cluster %s's label but not %s.managed=true: this collection did not make "
                     "them, so they are left alone; remove them yourself if they are yours" % (p["node"], ", ".join(left), p["cluster"], td.LABEL))
-    result = dict(changed=bool(names), containers=names, left_alone=left, vllm_killed=False, logs=[], memory=None)
+    result = dict(changed=bool(names), containers=names, left_alone=left, vllm_killed=False, logs=[], memory=None,
+                  supervisor_removed=False, firewall_removed=[])
+    supervisor = Supervisor(p["boot"], runner, module.fail_json) if p["boot"] else None
+    firewall = firewall_present(runner, p["firewall"], module.get_bin_path("nft"))
+    result["changed"] = result["changed"] or bool(firewall) or bool(supervisor and any(supervisor.installed()))
     if module.check_mode:
         module.exit_json(**result)
+    if supervisor:
+        result["supervisor_removed"] = supervisor.remove()
     running = [name for name, state in found if state == "running"]
     if p["serve_container"] in running:
         vllm = node_probe.serving(runner, p["serve_container"], p["serve_state_file"], docker)
@@ -193,7 +231,29 @@ def main():
         result["changed"] = True
     result["logs"] = sorted(glob.glob(os.path.join(glob.escape(p["logs_dir"]), "*.log")))
     result["memory"] = judge_memory(module, runner)
+    result["firewall_removed"] = remove_firewall(module, runner, firewall)
     module.exit_json(**result)
+
+
+def firewall_present(runner, firewall, nft):
+    """What of the cluster's firewall is on the node: its table (when nft lists it) and its files."""
+    if not firewall:
+        return []
+    found = [path for path in firewall.get("files") or [] if os.path.lexists(path)]
+    listed = nft is not None and runner(td.nft_list_argv(nft, firewall["table"]))[0] == 0
+    return ([firewall["table"]] if listed else []) + found
+
+
+def remove_firewall(module, runner, present):
+    """The table first (Ray's ports are closed to nobody once Ray is gone), then its boot unit, link and ruleset."""
+    for item in present:
+        if os.path.sep in item:
+            os.remove(item)
+            continue
+        rc, out, err = runner(td.nft_delete_argv(module.get_bin_path("nft"), item))
+        if rc != 0 and "No such file or directory" not in err:
+            module.fail_json(msg="%s: nft delete table inet %s failed: %s" % (module.params["node"], item, (err or out).strip()))
+    return present
 
 
 def judge_memory(module, runner):

@@ -88,8 +88,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.boot_control import Supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.netplan_try import detached
 
 
 def read(path):
@@ -100,58 +100,6 @@ def read(path):
         return None
 
 
-class Supervisor:
-    def __init__(self, module):
-        self.module = module
-        self.plan = module.params["boot"]
-        self.where = self.plan["paths"]
-        self.systemd = os.path.isdir("/run/systemd/system")
-
-    def wanted_files(self):
-        return boot.files(self.plan)  # boot imports every module it copies, so AnsiballZ carries them all
-
-    def status(self):
-        return boot.read_status(self.where)
-
-    def pid(self):
-        return boot.supervisor_pid(self.status(), self.where["config"])
-
-    def systemctl(self, *args):
-        rc, out, err = run(self.module, ["systemctl"] + list(args))
-        if rc != 0 and args[0] != "stop":
-            self.module.fail_json(msg="systemctl %s failed: %s" % (" ".join(args), (err or out).strip()))
-
-    def start(self, restart):
-        if self.systemd:
-            self.systemctl("daemon-reload")
-            self.systemctl("restart" if restart else "start", self.plan["unit_name"])
-            return
-        if restart:
-            self.stop()
-        rc, out, err = run(self.module, detached(boot.command(self.where)))
-        if rc != 0:
-            self.module.fail_json(msg="could not start the supervisor: %s" % (err or out).strip())
-        for dummy in range(50):  # its first look writes its PID
-            if self.pid():
-                return
-            time.sleep(0.2)
-
-    def stop(self):
-        if self.systemd:
-            self.systemctl("stop", self.plan["unit_name"])
-            return
-        pid = self.pid()
-        if pid:
-            os.kill(int(pid), 15)
-            for dummy in range(50):
-                if not self.pid():
-                    return
-                time.sleep(0.1)
-
-    def running(self):
-        return boot.supervisor_running(self.where, self.plan["unit_name"], lambda argv: run(self.module, argv))
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(boot=dict(type="dict", required=True),
@@ -159,7 +107,7 @@ def main():
                            holder=dict(type="str", default="a playbook")),
         supports_check_mode=True,
     )
-    sup = Supervisor(module)
+    sup = Supervisor(module.params["boot"], lambda argv: run(module, argv), module.fail_json)
     where, state, enabled = sup.where, module.params["state"], bool(sup.plan.get("enabled"))
     linked = os.path.islink(where["wants"])
     held = os.path.exists(where["hold"])
@@ -169,24 +117,13 @@ def main():
         if result["changed"] and not module.check_mode:
             boot.write_text(where["hold"], "%s since %s\n" % (module.params["holder"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())), 0o644)
     elif state == "absent":
-        present = [p for p in (where["wants"], where["unit"], where["config"], where["status"], where["hold"]) if os.path.lexists(p)]
-        result["changed"] = bool(present) or os.path.isdir(where["lib"])
+        present, lib = sup.installed()
+        result["changed"] = bool(present) or lib
         if result["changed"] and not module.check_mode:
-            sup.stop()
-            for path in present:
-                os.remove(path)
-            for root, dirs, files in os.walk(where["lib"], topdown=False):
-                for name in files:
-                    os.remove(os.path.join(root, name))
-                os.rmdir(root)
-            folder = os.path.dirname(where["config"])
-            if os.path.isdir(folder) and not os.listdir(folder):  # the folder it made, unless something else is in it
-                os.rmdir(folder)
-            if sup.systemd:
-                sup.systemctl("daemon-reload")
+            sup.remove()
         result["running"] = False if not module.check_mode else result["running"]
     elif state == "present":
-        files = sup.wanted_files()
+        files = boot.files(sup.plan)  # boot imports every module it copies, so AnsiballZ carries them all
         stale = [(path, content, mode) for path, content, mode in files if read(path) != content]
         code_changed = any(path.endswith(".py") for path, dummy, dummy2 in stale)
         relink = enabled != linked
