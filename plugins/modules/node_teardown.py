@@ -19,7 +19,7 @@ description:
   - Compares the node's C(MemAvailable) with the baseline written before the launch, waiting up to O(memory_wait)
     seconds while the kernel takes back what was freed, and says whether the node needs a reboot (RV(memory)).
   - First removes the node's supervisor (O(boot)), so that it starts nothing again, and last the cluster's firewall
-    (O(firewall): its nftables table, only that one, and its boot unit, link and ruleset).
+    (O(firewall), its nftables table, only that one, and its boot unit, link and ruleset).
   - One module call instead of a task per step, since each task costs a round trip to the node; its action plugin then
     copies every log to the controller (O(logs_dest)) over the same connection.
   - Needs root (C(become)) for the supervisor and the firewall.

@@ -361,6 +361,7 @@ def test_a_hard_killed_worker_is_named_by_status_and_pins_its_memory_until_it_re
     assert "Healthy" in out
 
 
+@pytest.mark.extended  # a relaunch (about 2 minutes); the drift's plan is in make test by the GID drift trap
 def test_a_worker_container_missing_a_variable_is_recreated_by_the_next_run(client):
     started = time.monotonic()
     sim("faults-sim-missing-env", {"missing_env": {"sim-worker1": "VLLM_CPU_KVCACHE_SPACE"}})
@@ -394,6 +395,7 @@ def test_foreign_programs_on_our_ports_are_refused_and_page_cache_is_dropped(cli
     playbook("serve", log="faults-serve-after-page-cache", check=True)
 
 
+@pytest.mark.extended  # three launches (about 3.5 minutes); a head lost while serving is in make test
 def test_head_killed_during_launch_fails_at_once_and_the_next_run_recovers(client):
     playbook("teardown", log="faults-teardown-for-kill", check=True)
     result = {}
@@ -460,6 +462,7 @@ def test_head_killed_while_serving_leaves_the_workers_ray_stale_and_the_next_run
            "the worker's supervisor restarts its Ray once the head's port answers again; then the head starts vLLM", elapsed)
 
 
+@pytest.mark.extended  # a relaunch after the disk is freed (about 3 minutes); the disk check is unit-tested
 def test_a_full_disk_on_the_head_is_refused_before_any_change_and_the_next_run_serves(client):
     """The head's state folder on a 16 MB filesystem, filled (a tmpfs: this machine's disk is never filled)."""
     started = time.monotonic()
@@ -549,6 +552,7 @@ def test_both_nodes_power_cycled_come_back_by_themselves(client):
            "each node's supervisor starts its Ray at boot, the head's waits for the join and starts vLLM; no Ansible", recovered)
 
 
+@pytest.mark.extended  # about 3 minutes; the supervisor's comeback is in make test by the power cycles
 def test_a_killed_rank_comes_back_by_itself_or_by_recover(client):
     """A rank's process killed on the worker ends vLLM: the head's supervisor starts it again. With the supervisor
     off (vllm_boot_start: false), recover.yml names it and restarts the ranks only; on a healthy cluster it touches
