@@ -51,7 +51,7 @@ def test_several_deployments_are_each_reported_and_the_gateway_must_list_every_m
     missing = status.report(states, {"url": "http://h:8000", "status": 200, "models": ["sim-tiny"]})
     assert not missing["healthy"] and missing["lines"][-2] == "Gateway http://h:8000/v1: NOT OK (does not list sim-tiny-ring)"
     down = status.report({"chat": one(["sim-tiny"]), "coder": one([], ready=False, container_state="exited")},
-                               {"url": "http://h:8000", "status": 200, "models": ["sim-tiny", "sim-tiny-ring"]})
+                         {"url": "http://h:8000", "status": 200, "models": ["sim-tiny", "sim-tiny-ring"]})
     assert not down["healthy"] and down["unhealthy_nodes"] == ["a"]
     gone = status.report(states, {"url": "http://h:8000", "status": -1, "models": []})
     assert gone["lines"][-2] == "Gateway http://h:8000/v1: NOT OK (answered -1 to /v1/models with the clients' key)"
