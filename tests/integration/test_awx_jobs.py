@@ -12,6 +12,7 @@ import subprocess
 import urllib.request
 
 import ansible_runner
+import docker
 import pytest
 
 from runner import ROOT, VENV_BIN, environment, node_docker, run
@@ -123,6 +124,11 @@ def test_plan_serve_status_teardown_as_awx_jobs(base):
     left = [c.name for node in ("sim-head", "sim-worker1")
             for c in node_docker(node).containers.list(all=True, filters={"label": "dgx_spark.vllm.managed=true"})]
     assert not left, left
+    for node in ("sim-head", "sim-worker1"):  # the firewall's table and the units (firewall, supervisor) went too
+        sim_node = docker.from_env().containers.get(node)
+        tables = sim_node.exec_run(["nft", "list", "tables"]).output.decode()
+        units = sim_node.exec_run(["find", "/etc/systemd/system", "-name", "dgx-spark-vllm-*"]).output.decode().split()
+        assert "dgx_spark_vllm" not in tables and not units, (node, tables, units)
 
 
 def playbook_failure(extra):
