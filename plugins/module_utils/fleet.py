@@ -49,14 +49,11 @@ def key_file(cluster_key_file, name):
 
 
 def whole(settings, inputs):
-    """The one deployment of an inventory without ``vllm_deployments``: the whole cluster, under its own name, with
-    the cluster's own settings (its containers, ports, key and reports are those it always had) and the inventory's
-    profile, backend and overrides. The planner checks its groups and head as they are (``listed`` False)."""
-    order = list(inputs.get("order") or [])
-    return {"name": settings["cluster_name"], "listed": False, "index": 0, "hosts": order,
-            "head": (inputs.get("head_hosts") or [None])[0], "profile": None, "profile_file": inputs.get("profile_file"),
-            "backend": inputs.get("backend"), "served_name": None, "overrides": {}, "extra_flags": {}, "extra_env": {},
-            "settings": {}}
+    """The one deployment of an inventory without ``vllm_deployments``: the whole cluster, under its own name. Its
+    inputs are the inventory's as they are (planner_inputs): its settings (containers, ports, key and reports are those
+    it always had), profile, backend and overrides, and its groups and head checked as they are."""
+    return {"name": settings["cluster_name"], "listed": False, "hosts": list(inputs.get("order") or []),
+            "head": (inputs.get("head_hosts") or [None])[0]}
 
 
 def hosts_of(item, groups, findings, label):
@@ -97,11 +94,6 @@ def expand(deployments, settings, groups, findings):
     if not isinstance(deployments, list):
         findings.error("all", deployments, "vllm_deployments must be a list of deployments (docs/multi-model.md)")
         return []
-    if (settings.get("monitoring") or {}).get("enabled"):
-        # One Prometheus per deployment would take the same port on a shared head, and each supervisor would serve
-        # the same node's figures twice: refused until one Prometheus watches every deployment.
-        findings.error("all", True, "vllm_monitoring does not watch several deployments yet (each would start its own "
-                       "Prometheus on the same ports); set vllm_monitoring: false with vllm_deployments")
     for index, item in enumerate(deployments):
         label = "vllm_deployments[%d]" % index
         if not isinstance(item, dict):

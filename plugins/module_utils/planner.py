@@ -144,6 +144,12 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
     settings = normalize_settings(inputs.get("settings"))
     settings["monitoring"] = monitoring.settings(settings.get("monitoring"))[0]
     findings = Findings()
+    if listed and settings["monitoring"]["enabled"]:
+        # One Prometheus per deployment would take the same port on a shared head, and each supervisor would serve
+        # the same node's figures twice: refused until one Prometheus watches every deployment. (A plan's check, not
+        # the list's: teardown and status name the deployments whatever vllm_monitoring says.)
+        findings.error("all", True, "vllm_monitoring does not watch several deployments yet (each would start its own "
+                       "Prometheus on the same ports); set vllm_monitoring: false with vllm_deployments")
     entries = deployment_entries(inputs, settings, listed, findings)
     plans, settings_of = {}, {}
     for entry in entries if not findings.errors else []:

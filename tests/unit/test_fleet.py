@@ -138,6 +138,9 @@ def test_monitoring_is_refused_with_several_deployments_rather_than_run_twice(tm
     plan = fleet_plan(tmp_path, monitoring={"enabled": True})
     assert messages(plan) == ["vllm_monitoring does not watch several deployments yet (each would start its own Prometheus "
                               "on the same ports); set vllm_monitoring: false with vllm_deployments"]
+    # a plan's refusal, not the list's: teardown and status still name every deployment
+    paths = planner.paths(cluster(tmp_path, monitoring={"enabled": True}), copy.deepcopy(TWO))
+    assert paths["ok"] and paths["deployment_order"] == ["chat", "coder"]
 
 
 def test_a_new_key_for_one_deployment_restarts_only_that_deployment_and_the_gateway(tmp_path):
