@@ -88,47 +88,52 @@ class ActionModule(ActionBase):
         if args["stage"] == "paths":
             return self.paths(result, args, task_vars)
         listed = args["deployments"] or None
-        profile, profiles_of, notes = (None, *self.listed_profiles(args)) if listed else self.profile(args)
+        if listed:
+            profile, warnings = None, []
+            profiles_of, errors = self.listed_profiles(args)
+        else:
+            profile, warnings = self.profile(args)
+            profiles_of, errors = {}, []
         cluster_key = (args["settings"] or {}).get("api_key_file")
         digests = {item.get("name"): key_digest(fleet.key_file(cluster_key, item.get("name")))
                    for item in listed or [] if isinstance(item, dict) and item.get("name")}
         plan = planner.make_plan(self.inputs(args, task_vars, profile), args["stage"], listed, profiles_of,
                                  probe_facts(task_vars, args["probe_fact"]), digests)
-        plan["errors"] = [n for n in notes if isinstance(n, dict)] + plan["errors"]
-        plan["warnings"] = [n for n in notes if not isinstance(n, dict)] + plan["warnings"]
+        plan["errors"] = errors + plan["errors"]
+        plan["warnings"] = warnings + plan["warnings"]
         plan["ok"] = not plan["errors"]
         return self.answer(result, args, plan, render.render(plan))
 
     def profile(self, args):
-        """The whole cluster's profile (an inventory without vllm_deployments): (profile, {}, notes)."""
+        """The whole cluster's profile (an inventory without vllm_deployments), and the warnings about it."""
         if not args["profile"] and not args["profile_file"]:
             known = profiles.available(list(args["profile_dirs"]) + [COLLECTION_PROFILES])
             raise AnsibleActionFail("no profile: set vllm_profile to a profile name (%s) or vllm_profile_file to a profile "
                                     "of your own (docs/profiles.md)" % ", ".join(known))
-        notes = []
+        warnings = []
         if args["profile"] and args["profile_file"]:
             # -e vllm_profile_file=... over an inventory that names a profile: the file is the later, stronger choice.
-            notes.append("vllm_profile_file %s is used; vllm_profile %s is ignored (set only one of them)"
-                         % (args["profile_file"], args["profile"]))
+            warnings.append("vllm_profile_file %s is used; vllm_profile %s is ignored (set only one of them)"
+                            % (args["profile_file"], args["profile"]))
         try:
             if args["profile_file"]:
-                return profiles.load(args["profile_file"]), {}, notes
-            return profiles.load(profiles.find(args["profile"], list(args["profile_dirs"]) + [COLLECTION_PROFILES])), {}, notes
+                return profiles.load(args["profile_file"]), warnings
+            return profiles.load(profiles.find(args["profile"], list(args["profile_dirs"]) + [COLLECTION_PROFILES])), warnings
         except profiles.ProfileError as exc:
             raise AnsibleActionFail(to_text(exc))
 
     def listed_profiles(self, args):
         """Each listed deployment's profile by its name, and the errors of those that cannot be loaded."""
         dirs = list(args["profile_dirs"]) + [COLLECTION_PROFILES]
-        profiles_of, notes = {}, []
+        profiles_of, errors = {}, []
         for item in args["deployments"]:
             if not isinstance(item, dict) or not (item.get("profile") or item.get("profile_file")):
                 continue  # the planner says what is wrong with it
             try:
                 profiles_of[item.get("name")] = profiles.load(item.get("profile_file") or profiles.find(item["profile"], dirs))
             except profiles.ProfileError as exc:
-                notes.append({"host": "all", "value": item.get("name"), "message": "deployment %s: %s" % (item.get("name"), to_text(exc))})
-        return profiles_of, notes
+                errors.append({"host": "all", "value": item.get("name"), "message": "deployment %s: %s" % (item.get("name"), to_text(exc))})
+        return profiles_of, errors
 
     def inputs(self, args, task_vars, profile):
         """The planner's inputs: the inventory, the whole cluster's profile and the settings."""

@@ -204,8 +204,10 @@ def main():
     result = dict(changed=bool(names), containers=names, left_alone=left, vllm_killed=False, logs=[], memory=None,
                   supervisor_removed=False, firewall_removed=[])
     supervisor = Supervisor(p["boot"], runner, module.fail_json) if p["boot"] else None
-    firewall = firewall_present(runner, p["firewall"], module.get_bin_path("nft"))
-    result["changed"] = result["changed"] or bool(firewall) or bool(supervisor and any(supervisor.installed()))
+    nft = module.get_bin_path("nft")
+    firewall = firewall_present(runner, p["firewall"], nft)
+    result["changed"] = (result["changed"] or bool(firewall["table"] or firewall["files"])
+                         or bool(supervisor and any(supervisor.installed())))
     if module.check_mode:
         module.exit_json(**result)
     if supervisor:
@@ -231,29 +233,30 @@ def main():
         result["changed"] = True
     result["logs"] = sorted(glob.glob(os.path.join(glob.escape(p["logs_dir"]), "*.log")))
     result["memory"] = judge_memory(module, runner)
-    result["firewall_removed"] = remove_firewall(module, runner, firewall)
+    result["firewall_removed"] = remove_firewall(module, runner, firewall, nft)
     module.exit_json(**result)
 
 
 def firewall_present(runner, firewall, nft):
-    """What of the cluster's firewall is on the node: its table (when nft lists it) and its files."""
+    """What of the cluster's firewall is on the node: {"table": its name when nft lists it, else None, "files": those
+    of its boot unit's link, unit and ruleset that exist}."""
     if not firewall:
-        return []
-    found = [path for path in firewall.get("files") or [] if os.path.lexists(path)]
+        return {"table": None, "files": []}
     listed = nft is not None and runner(td.nft_list_argv(nft, firewall["table"]))[0] == 0
-    return ([firewall["table"]] if listed else []) + found
+    return {"table": firewall["table"] if listed else None,
+            "files": [path for path in firewall.get("files") or [] if os.path.lexists(path)]}
 
 
-def remove_firewall(module, runner, present):
-    """The table first (Ray's ports are closed to nobody once Ray is gone), then its boot unit, link and ruleset."""
-    for item in present:
-        if os.path.sep in item:
-            os.remove(item)
-            continue
-        rc, out, err = runner(td.nft_delete_argv(module.get_bin_path("nft"), item))
+def remove_firewall(module, runner, present, nft):
+    """The table first (Ray's ports are closed to nobody once Ray is gone), then its boot unit, link and ruleset.
+    Returns what was removed."""
+    if present["table"]:
+        rc, out, err = runner(td.nft_delete_argv(nft, present["table"]))
         if rc != 0 and "No such file or directory" not in err:
-            module.fail_json(msg="%s: nft delete table inet %s failed: %s" % (module.params["node"], item, (err or out).strip()))
-    return present
+            module.fail_json(msg="%s: nft delete table inet %s failed: %s" % (module.params["node"], present["table"], (err or out).strip()))
+    for path in present["files"]:
+        os.remove(path)
+    return ([present["table"]] if present["table"] else []) + present["files"]
 
 
 def judge_memory(module, runner):

@@ -12,7 +12,7 @@ version_added: 0.1.0
 description:
   - Runs on the controller (action plugin). Reads the inventory groups (O(head_group), O(worker_group)), each
     host's C(spark_fabric_ip) and C(spark_fabric_interfaces), and the probe facts each host holds in
-    O(probe_fact) (C(memory) from M(dgx_spark.vllm.unified_memory_info), C(roce) from
+    O(probe_fact), by deployment (C(memory) from M(dgx_spark.vllm.unified_memory_info), C(roce) from
     M(dgx_spark.vllm.roce_gid_info), C(image) from M(dgx_spark.vllm.vllm_image_info)).
   - Loads the model profile (O(profile) from O(profile_dirs), then the collection's C(profiles/) folder, or
     O(profile_file)) and returns one plan; per node its rank, fabric IP, environment split into the part
@@ -73,7 +73,7 @@ options:
     type: str
     default: spark_workers
   probe_fact:
-    description: Name of the host fact holding each node's probe results.
+    description: Name of the host fact holding each node's probe results, by deployment name (the whole cluster's is its name).
     type: str
     default: preflight_probe
   settings:
