@@ -660,16 +660,22 @@ DAMAGE = """
 import glob, os, shutil, sys
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-path = os.path.realpath(sorted(glob.glob("/models/**/*.safetensors", recursive=True))[0])
+MLP = ("mlp.down_proj.weight", "mlp.up_proj.weight")
+def holds_mlp(path):  # the model may come in several shards; the first MLP weight is in one of them
+    with safe_open(path, "pt") as handle:
+        return any(k.endswith(MLP) for k in handle.keys())
+shards = sorted({os.path.realpath(p) for p in glob.glob("/models/**/*.safetensors", recursive=True)})
 if sys.argv[1] == "damage":
+    path = [p for p in shards if holds_mlp(p)][0]
     shutil.copy2(path, path + ".orig")
     with safe_open(path, "pt") as handle:
         metadata = handle.metadata()
     tensors = load_file(path)
-    name = sorted(k for k in tensors if k.endswith("mlp.down_proj.weight") or k.endswith("mlp.up_proj.weight"))[0]
+    name = sorted(k for k in tensors if k.endswith(MLP))[0]
     tensors[name] = -tensors[name]  # other weights, the same names, shapes and size: what a size check cannot see
     save_file(tensors, path, metadata=metadata)
 else:
+    path = [p for p in shards if os.path.exists(p + ".orig")][0]
     os.replace(path + ".orig", path)
 print(path, os.path.getsize(path))
 """
