@@ -105,7 +105,7 @@ def bench_probes():
 
 
 def bench_planner():
-    from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import planner, profiles
     from helpers import SPARKS, image_facts, memory_facts, roce_facts
 
     profile = profiles.load(os.path.join(ROOT, "profiles", "minimax_m25_nvfp4_ep.yml"))

@@ -1,6 +1,6 @@
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Build the Grafana dashboard from the panels module_utils/monitoring.py names, with Grafana's own typed SDK
+"""Build the Grafana dashboard from the panels module_utils/plan/monitoring.py names, with Grafana's own typed SDK
 (grafana-foundation-sdk, in requirements-dev.txt), so the JSON that ships is a dashboard Grafana's schema accepts.
 
 Usage: scripts/make_dashboard.py [OUT]   (default roles/monitoring/files/grafana/dashboards/dgx-spark-vllm.json;
@@ -20,8 +20,8 @@ DATASOURCE_UID = "dgx-spark-prometheus"  # the provisioned datasource's uid (fil
 
 
 def monitoring_module():
-    sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
-    import monitoring  # noqa: E402 (the collection's module, read from the checkout)
+    sys.path.insert(0, os.path.join(ROOT, ".collections"))  # the checkout as the collection (ansible.cfg)
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring  # noqa: E402
     return monitoring
 
 

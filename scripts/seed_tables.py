@@ -3,7 +3,7 @@
 Reads the write-ups' commands kept as data in tests/seeds/*.yml (each value quoting the write-up, file and line),
 plans each profile on the sample inventory (tests/unit/helpers.py: two or three Sparks with captured probe facts)
 and compares them row by row. ``python scripts/seed_tables.py`` rewrites the tables in docs/profiles.md;
-tests/unit/test_seed_profiles.py checks every row and that the document is up to date.
+tests/unit/plan/test_seed_profiles.py checks every row and that the document is up to date.
 """
 
 import copy
@@ -121,7 +121,7 @@ def the_deployment(plan):
 
 def plans(seed):
     """The profile, its plan on the sample inventory, and a plan per deviation with its restore applied."""
-    from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import planner, profiles
 
     profile = profiles.load(os.path.join(ROOT, "profiles", seed["profile"] + ".yml"))
     inputs = sample_inputs(profile, seed["nodes"])
@@ -200,7 +200,7 @@ GOLDEN_NODES = {"minimax_m3_nvfp4_tp3": 3}
 def golden(name):
     """Every rank's whole container spec (command, env, devices, capabilities, ulimits, network, ipc, volumes,
     restart policy, labels) and vLLM's argv, as planned on the sample inventory."""
-    from ansible_collections.dgx_spark.vllm.plugins.module_utils import planner, profiles
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import planner, profiles
 
     profile = profiles.load(os.path.join(ROOT, "profiles", name + ".yml"))
     plan = the_deployment(planner.make_plan(sample_inputs(profile, GOLDEN_NODES.get(name, 2))))

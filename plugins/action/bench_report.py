@@ -5,7 +5,7 @@
 
 In ``folder``: ``bench.csv`` and ``bench.json`` (one row per point), ``throughput.png`` and ``latency.png`` (made with
 matplotlib, headless), and ``summary.md``, which compares the figures with the previous run of the same profile found
-under ``runs_dir`` and flags a regression beyond ``share``. The rows and the comparison are module_utils/bench.py's.
+under ``runs_dir`` and flags a regression beyond ``share``. The rows and the comparison are module_utils/plan/bench.py's.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import bench
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import bench
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import bench as bench_results
 
 ARGUMENT_SPEC = dict(
     folder=dict(type="path", required=True),
@@ -119,16 +120,16 @@ class ActionModule(ActionBase):
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         folder, rows, meta = args["folder"], args["rows"], args["meta"]
         before = previous_run(args["runs_dir"], folder, meta.get("profile"))
-        text = bench.summary(rows, before, meta, args["bound"], args["published"], args["share"])
+        text = bench_results.summary(rows, before, meta, args["bound"], args["published"], args["share"])
         result.update(changed=False, folder=folder, summary=text,
-                      regressions=bench.regressions(rows, (before or {}).get("rows"), args["share"]) if before else [],
+                      regressions=bench_results.regressions(rows, (before or {}).get("rows"), args["share"]) if before else [],
                       previous=(before or {}).get("meta", {}).get("taken_at"))
         if self._task.check_mode:
             return result
         try:
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, "bench.csv"), "w", encoding="utf-8") as handle:
-                handle.write(bench.csv_text(rows))
+                handle.write(bench_results.csv_text(rows))
             with open(os.path.join(folder, "bench.json"), "w", encoding="utf-8") as handle:
                 json.dump({"meta": meta, "rows": rows, "decode_bound": args["bound"], "published": args["published"]}, handle,
                           indent=2, sort_keys=True)

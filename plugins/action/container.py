@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.container_apply import CHANGES, docker_container_args
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.container_apply import CHANGES, docker_container_args
 
 ARGUMENT_SPEC = dict(
     spec=dict(type="dict", required=True),

@@ -17,8 +17,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import fleet, planner, profiles, render
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_inventory import node_order
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import placement, planner, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import node_order
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
 
 COLLECTION_PROFILES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "profiles"))
 
@@ -95,7 +96,7 @@ class ActionModule(ActionBase):
             profile, warnings = self.profile(args)
             profiles_of, errors = {}, []
         cluster_key = (args["settings"] or {}).get("api_key_file")
-        digests = {item.get("name"): key_digest(fleet.key_file(cluster_key, item.get("name")))
+        digests = {item.get("name"): key_digest(placement.key_file(cluster_key, item.get("name")))
                    for item in listed or [] if isinstance(item, dict) and item.get("name")}
         plan = planner.make_plan(self.inputs(args, task_vars, profile), args["stage"], listed, profiles_of,
                                  probe_facts(task_vars, args["probe_fact"]), digests)

@@ -2,14 +2,14 @@
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Action plugin dgx_spark.vllm.vllm_endpoint_info: the endpoint is asked from the controller, as a client would ask it,
-in this process (module_utils/endpoint_check.py): no module is sent anywhere, so each check costs its requests and no
+in this process (module_utils/verify/endpoint_check.py): no module is sent anywhere, so each check costs its requests and no
 round trip of its own. The result is the module's."""
 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.endpoint_check import ARGUMENT_SPEC, check
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify.endpoint_check import ARGUMENT_SPEC, check
 
 
 class ActionModule(ActionBase):

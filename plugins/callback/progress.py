@@ -30,7 +30,7 @@ requirements:
 from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.progress import waiting_line
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report.progress import waiting_line
 
 
 class CallbackModule(DefaultCallback):

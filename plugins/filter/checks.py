@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files, nccl_log, parity, status
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import bench, canary, deployments, gateway, perftest, recover, ring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import bench, gateway, records, recover, ring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import model_files
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import bench as bench_results, status, upgrade
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canary, nccl_log, parity, perftest
 
 
 def env_parity(planned, actual, what="container"):
@@ -45,37 +47,37 @@ def recover_decision(state, backend="ray"):
 
 def last_known_good(plan, previous=None, verified_at=None):
     """The record of the verified deployment ``plan``, keeping the ``previous`` record's images
-    (module_utils/deployments.py)."""
-    return deployments.record(plan, previous, verified_at)
+    (module_utils/plan/records.py)."""
+    return records.record(plan, previous, verified_at)
 
 
 def deployment_vars(recorded):
     """The variables that plan a recorded deployment again."""
-    return deployments.extra_vars(recorded)
+    return records.extra_vars(recorded)
 
 
 def deployment_restore(recorded):
     """The preflight role's ``preflight_restore`` that plans a recorded deployment again, whatever -e says."""
-    return deployments.restore(recorded)
+    return records.restore(recorded)
 
 
 def deployment_change(recorded, plan):
     """What a plan changes from the recorded deployment, one ``what: before -> after`` line each."""
-    return deployments.change(recorded or {}, plan)
+    return upgrade.change(recorded or {}, plan)
 
 
 def upgrade_failure_line(failure):
     """One failure of upgrade.yml, as ``host: task: message``."""
-    return deployments.failure_line(failure)
+    return upgrade.failure_line(failure)
 
 
 def upgrade_report(recorded, planned, changed, failed, rollback_failed, began, ended, rolled_back=None, check=False):
     """upgrade.yml's report: outcome, message, both deployments and their seconds."""
-    return deployments.upgrade_report(recorded, planned, changed, failed, rollback_failed, began, ended, rolled_back, check)
+    return upgrade.upgrade_report(recorded, planned, changed, failed, rollback_failed, began, ended, rolled_back, check)
 
 
 def bench_sweep(bench_target, given, stamp, reports_dir):
-    """bench.yml's sweep: {config, points, errors, dirs} (module_utils/bench.py)."""
+    """bench.yml's sweep: {config, points, errors, dirs} (module_utils/plan/bench.py)."""
     return bench.sweep(bench_target, given, stamp, reports_dir)
 
 
@@ -86,12 +88,12 @@ def bench_argv(point, bench_target, result_dir):
 
 def bench_rows(points_run, results, runs, deployment):
     """One row per point from its slurped result file, or a failed row saying why."""
-    return bench.rows(points_run, results, runs, deployment)
+    return bench_results.rows(points_run, results, runs, deployment)
 
 
 def kept_images_to_remove(image_ls_lines, recorded, cluster_name):
     """This cluster's kept image tags on a node that the record no longer keeps."""
-    return deployments.kept_to_remove([l.strip() for l in image_ls_lines if l.strip()], recorded, cluster_name)
+    return records.kept_to_remove([l.strip() for l in image_ls_lines if l.strip()], recorded, cluster_name)
 
 
 def canary_keep(stored, answers, basis_now, recorded_at):

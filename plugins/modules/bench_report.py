@@ -45,7 +45,7 @@ options:
     type: path
     required: true
   rows:
-    description: The rows of the sweep (module_utils/bench.py row()).
+    description: The rows of the sweep (module_utils/plan/bench.py row()).
     type: list
     elements: dict
     required: true

@@ -105,7 +105,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import progress
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import progress
 
 
 def read(path):

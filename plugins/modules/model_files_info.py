@@ -121,7 +121,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import model_files as mf
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import model_files as mf
 
 
 def free_bytes(path):

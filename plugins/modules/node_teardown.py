@@ -155,12 +155,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.boot_control import Supervisor
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import teardown as td
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run, to_file
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg, teardown as td
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run, to_file
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor_control import Supervisor
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 
 
 def main():

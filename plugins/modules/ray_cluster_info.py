@@ -154,9 +154,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.progress import joined
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.ray_state import (
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report.progress import joined
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.ray_state import (
     RayStateError,
     evaluate,
     parse_probe_output,

@@ -10,7 +10,7 @@ module: ring_netplan
 short_description: Try a switchless ring's netplan with a rollback armed, then confirm it or roll it back
 version_added: 0.2.0
 description:
-  - C(netplan try) made non-interactive (see C(module_utils/netplan_try.py) for why the steps are split).
+  - C(netplan try) made non-interactive (see C(module_utils/node/netplan_try.py) for why the steps are split).
   - O(state=tried) validates O(content) with netplan's own generator (C(netplan generate --root-dir)), keeps the
     previous file, arms a rollback that fires after O(rollback_after) seconds unless confirmed (a detached process that
     outlives the SSH session), writes the file and applies it. When the apply itself fails, it rolls back at once.
@@ -88,7 +88,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import netplan_try
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import netplan_try
 
 
 def read(path):

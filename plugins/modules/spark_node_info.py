@@ -241,10 +241,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot, node_probe
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import collect, run, start
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.image_info import ImageInfoError
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import collect, run, start
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.image_info import ImageInfoError
 
 
 def main():
@@ -298,7 +299,7 @@ def main():
                   interfaces=found_interfaces, addresses=node_probe.addresses(found_interfaces),
                   connection_interface=node_probe.connection_interface(found_interfaces, os.environ.get("SSH_CONNECTION")),
                   resolved=node_probe.resolve(p["resolve"]) if p["resolve"] else None)
-    result["supervisor_running"] = (boot.supervisor_running(p["supervisor"]["paths"], p["supervisor"]["unit_name"], runner)
+    result["supervisor_running"] = (supervisor.supervisor_running(p["supervisor"]["paths"], p["supervisor"]["unit_name"], runner)
                                     if p["supervisor"] else None)
     result["kept_images"] = None
     result["disk"] = node_probe.free_space(list(p["disk"]) + [d for d in [(result["docker"] or {}).get("root_dir")] if d])

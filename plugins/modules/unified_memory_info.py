@@ -183,9 +183,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.errors import ProbeError
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 
 
 def main():

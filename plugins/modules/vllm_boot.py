@@ -14,7 +14,7 @@ description:
     action only if something on the node starts it again. C(vllm serve) is a process exec'd into the head's Ray
     container, so a Docker restart policy cannot; and a restart policy would start the containers before anything
     looked at the node's memory (pinned memory after a hard kill, fact 3).
-  - This module installs the plan's supervisor (module_utils/boot.py says what it does), that is its plan file, its unit
+  - This module installs the plan's supervisor (module_utils/plan/boot.py says what it does), that is its plan file, its unit
     (ordered after Docker), a copy of the collection's modules it runs, and starts it. The order and the waits are
     the plan's data (O(boot)); the module writes them and changes nothing else.
   - O(state=held) makes the supervisor keep its hands off while a playbook changes the cluster; O(state=present)
@@ -87,9 +87,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import boot
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.boot_control import Supervisor
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor_control import Supervisor
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
 
 
 def read(path):
@@ -115,7 +116,7 @@ def main():
     if state == "held":
         result["changed"] = not held and os.path.exists(where["config"])  # nothing installed: nothing to hold
         if result["changed"] and not module.check_mode:
-            boot.write_text(where["hold"], "%s since %s\n" % (module.params["holder"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())), 0o644)
+            supervisor.write_text(where["hold"], "%s since %s\n" % (module.params["holder"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())), 0o644)
     elif state == "absent":
         present, lib = sup.installed()
         result["changed"] = bool(present) or lib
@@ -136,7 +137,7 @@ def main():
                                   after=dict(plan=files[0][1], at_boot=enabled, held=False))
         if result["changed"] and not module.check_mode:
             for path, content, mode in stale:
-                boot.write_text(path, content, mode)
+                supervisor.write_text(path, content, mode)
             if relink and enabled:
                 os.makedirs(os.path.dirname(where["wants"]), exist_ok=True)
                 os.symlink(where["unit"], where["wants"])
@@ -147,7 +148,7 @@ def main():
             if not enabled:
                 sup.stop()
                 if os.path.exists(where["status"]):  # its last look is history now; status.yml must not show it as current
-                    boot.write_status(where["status"], {"state": "off", "detail": "vllm_boot_start is false",
+                    supervisor.write_status(where["status"], {"state": "off", "detail": "vllm_boot_start is false",
                                                         "events": (sup.status() or {}).get("events") or []})
             elif start:
                 sup.start(restart=result["running"])

@@ -56,7 +56,7 @@ options:
       - The correctness canary's settings (the plan's C(cluster.canary.settings)) - C(prompts), C(max_tokens), C(seed).
       - Each prompt is asked once the endpoint is ready, one at a time, greedy (temperature 0, the seed fixed), its
         tokens returned as IDs; RV(endpoint.canary) holds the answers. The serve role compares them with the reference
-        (module_utils/canary.py).
+        (module_utils/verify/canary.py).
     type: dict
   metrics_seconds:
     description:
@@ -136,7 +136,7 @@ endpoint:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.endpoint_check import ARGUMENT_SPEC, check
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify.endpoint_check import ARGUMENT_SPEC, check
 
 
 def main():

@@ -88,9 +88,9 @@ image_info:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import node_probe
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.image_info import ImageInfoError
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.image_info import ImageInfoError
 
 
 def main():

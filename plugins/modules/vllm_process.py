@@ -133,9 +133,9 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import process_group as pg
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.progress import load_progress
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report.progress import load_progress
 
 LOAD_LINES = 400  # of vLLM's log read for RV(progress): its load's lines are among the last ones while it loads
 ALIVE_EVERY = 5  # seconds between liveness looks while waiting: each is a docker exec on a node that is loading a model

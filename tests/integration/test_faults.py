@@ -14,7 +14,7 @@ import urllib.request
 import docker
 import pytest
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import monitoring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring
 from load import Load
 from runner import ROOT, environment, node_docker, recap, record, run
 
@@ -61,7 +61,7 @@ def available_gib(client, node):
 
 
 def supervisor(node, state=None, seconds=60):
-    """The node's supervisor's status file (module_utils/boot.py); with ``state``, waited for until it says so."""
+    """The node's supervisor's status file (module_utils/plan/boot.py); with ``state``, waited for until it says so."""
     deadline = time.monotonic() + seconds
     while True:
         status = json.loads(node_docker_exec(node, ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/boot/status.json"]))
@@ -811,7 +811,7 @@ SWEEP = {"vllm_bench_concurrency": [1, 2, 4], "vllm_bench_input_lens": [64], "vl
 def test_bench_writes_csv_json_plots_and_a_summary_compared_with_the_previous_run(client):
     """bench.yml on the serving cluster with small counts: a row per point with real figures in the CSV and the JSON,
     two plots and a summary; the key in none of them. A deployment that does not run as planned is not measured. (The
-    comparison with a previous run: tests/unit/test_bench.py.)"""
+    comparison with a previous run: tests/unit/plan/test_bench.py.)"""
     import csv  # pylint: disable=import-outside-toplevel
     import glob  # pylint: disable=import-outside-toplevel
 

@@ -7,7 +7,7 @@ import os
 
 import yaml
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils import monitoring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GRAFANA = os.path.join(ROOT, "roles", "monitoring", "files", "grafana")

@@ -59,7 +59,7 @@ def test_the_documented_defaults_are_the_planners():
     argument specs (and the AWX surveys made from them) document the same values."""
     import yaml
 
-    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan_base import DEFAULT_SETTINGS
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import DEFAULT_SETTINGS
 
     with open(os.path.join(ROOT, "roles", "preflight", "defaults", "main.yml"), encoding="utf-8") as handle:
         settings = yaml.safe_load(handle)["preflight_inventory_settings"]

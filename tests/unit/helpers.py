@@ -2,7 +2,10 @@
 
 import os
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
+FIXTURES = os.path.join(HERE, "fixtures")
+GOLDEN = os.path.join(HERE, "golden")
 
 
 def fixture(*parts):
@@ -52,7 +55,7 @@ def build_proc(root, meminfo_name, processes=()):
 
 def roce_facts(capture, root):
     """The roce_gid_info result for a sysfs capture."""
-    from ansible_collections.dgx_spark.vllm.plugins.module_utils import roce
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import roce
 
     ports, dummy = roce.read_devices(build_sysfs(capture, root))
     hca, index, dummy = roce.nccl_choice(ports)
@@ -61,7 +64,7 @@ def roce_facts(capture, root):
 
 def memory_facts(meminfo_name):
     """The unified_memory_info result for a GB10 meminfo capture."""
-    from ansible_collections.dgx_spark.vllm.plugins.module_utils import unified_memory as um
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory as um
 
     return um.summarize(um.parse_meminfo(read_fixture("meminfo", meminfo_name)),
                         um.parse_gpu_query(read_fixture("nvidia_smi", "gb10-query-gpu.csv")), [])

@@ -1,0 +1,124 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Benchmarks of the serving endpoint: a bounded sweep of ``vllm bench serve``, one row per point, and the hardware's
+limit beside the figures.
+
+The write-ups measure by hand and each differently (seed 004 sweeps ``--max-concurrency`` 1 to 32 with ``vllm bench
+serve`` and wants "a bench.sh that runs the same sweep at every image bump and writes a CSV"; seed 001 publishes
+llama-benchy's pp2048/tg128 at c1/c4/c8). Here the sweep is data: concurrencies times input and output lengths,
+bounded in points, prompts and seconds, each point run with the running image's own ``vllm bench serve`` from inside
+the head's container (the endpoint's own machine: no laptop loop in the figures, no client library to install), its
+result file read back, and a row made of it with the image ID, the profile and the config hash it measured.
+
+The decode bound is the memory-bandwidth roofline of one decode step: every active parameter is read once per step,
+so a stream cannot decode faster than the nodes' bandwidth (273 GB/s per GB10) over the bytes read per token (the
+profile's active parameters times their bytes). A batch of c streams reads the weights once per step for all of
+them, so the aggregate bound is c times that, until compute or the KV cache bind first. Published figures of the
+profile's write-up are drawn beside it. Pure. This file plans the sweep and its bound; module_utils/report/bench.py makes its rows and summary.
+"""
+
+from __future__ import annotations
+
+GB10_BANDWIDTH_BYTES_S = 273e9  # LPDDR5x bandwidth of one DGX Spark (NVIDIA's GB10 specification)
+DEFAULTS = {
+    "concurrency": [1, 2, 4, 8, 16, 32],
+    "input_lens": [1024],
+    "output_lens": [128],
+    "prompts_per_stream": 4,     # each point sends concurrency x this many prompts ...
+    "min_prompts": 8,            # ... at least this many ...
+    "max_prompts": 128,          # ... and at most this many
+    "max_points": 36,
+    "point_timeout": 900,        # seconds one point may take before it is stopped and counted as failed
+    "regression_share": 0.10,    # a figure this much worse than the previous run of the profile is flagged
+}
+PERCENTILES = (50, 90, 99)
+
+
+def target(cluster, head_entry, profile, max_model_len, state_mount, key_file):
+    """What bench.yml needs of the plan: the container it runs in (the head's vLLM runs there, so its image's ``vllm
+    bench serve`` does), the endpoint as that container reaches it, the model and its served name, the key file inside
+    the container, where results go (inside and on the head), the deployment's max_model_len, the decode bound and the
+    profile's published figures."""
+    spec = profile.get("bench") or {}
+    return {"container": head_entry["serve"]["container"],
+            "base_url": cluster["endpoint"]["local_health_url"].rsplit("/", 1)[0],
+            "model": cluster["model"]["id"], "served_name": cluster["endpoint"]["served_model_name"], "key_file": key_file,
+            "result_dir": state_mount + "/bench", "result_dir_host": head_entry["paths"]["state_dir"] + "/bench",
+            "max_model_len": max_model_len, "decode_bound": decode_bound(spec, len(cluster["expected_ips"])),
+            "published": list(spec.get("published") or [])}
+
+
+def settings(given):
+    """The sweep's settings: the defaults overlaid with the given ones (null keeps the default); errors name the fix."""
+    config = dict(DEFAULTS)
+    config.update({k: v for k, v in (given or {}).items() if v is not None and v != ""})
+    errors = []
+    for key in ("concurrency", "input_lens", "output_lens"):
+        values = config[key] if isinstance(config[key], list) else [config[key]]
+        try:
+            config[key] = [int(v) for v in values]
+        except (TypeError, ValueError):
+            errors.append("vllm_bench_%s must be a list of whole numbers, got %r" % (key, config[key]))
+            continue
+        if not config[key] or min(config[key]) < 1:
+            errors.append("vllm_bench_%s must list numbers of 1 or more, got %r" % (key, config[key]))
+    for key in ("prompts_per_stream", "min_prompts", "max_prompts", "max_points", "point_timeout"):
+        try:
+            config[key] = int(config[key])
+        except (TypeError, ValueError):
+            errors.append("vllm_bench_%s must be a whole number, got %r" % (key, config[key]))
+    config["regression_share"] = float(config["regression_share"])
+    return config, errors
+
+
+def points(config, max_model_len=None):
+    """The sweep's points, in order (lengths, then concurrency), and what refuses it before anything runs."""
+    found, errors = [], []
+    for input_len in config["input_lens"]:
+        for output_len in config["output_lens"]:
+            if max_model_len and input_len + output_len > int(max_model_len):
+                errors.append("input %d + output %d tokens exceed the deployment's max_model_len %d; lower "
+                              "vllm_bench_input_lens or vllm_bench_output_lens" % (input_len, output_len, int(max_model_len)))
+                continue
+            for concurrency in config["concurrency"]:
+                prompts = min(max(concurrency * config["prompts_per_stream"], config["min_prompts"]), config["max_prompts"])
+                found.append({"concurrency": concurrency, "input_len": input_len, "output_len": output_len, "prompts": prompts,
+                              "name": "c%d-in%d-out%d" % (concurrency, input_len, output_len)})
+    if len(found) > config["max_points"]:
+        errors.append("the sweep has %d points, more than vllm_bench_max_points %d; list fewer concurrencies or lengths, "
+                      "or raise the bound" % (len(found), config["max_points"]))
+    return found, errors
+
+
+def argv(point, target, result_dir):
+    """``vllm bench serve`` for one point, run inside the head's container. ``target``: the endpoint as the container
+    reaches it (``base_url``), the model to tokenize with (``model``), the name it is served as (``served_name``) and
+    the key file inside the container (``key_file``). The key is read there, by the shell: never in an argv."""
+    bench = ["vllm", "bench", "serve", "--backend", "vllm", "--base-url", target["base_url"], "--endpoint", "/v1/completions",
+             "--model", target["model"], "--served-model-name", target["served_name"],
+             "--dataset-name", "random", "--random-input-len", str(point["input_len"]),
+             "--random-output-len", str(point["output_len"]), "--ignore-eos", "--num-prompts", str(point["prompts"]),
+             "--max-concurrency", str(point["concurrency"]), "--seed", "0",
+             "--percentile-metrics", "ttft,itl", "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
+             "--save-result", "--result-dir", result_dir, "--result-filename", point["name"] + ".json"]
+    return ["sh", "-c", 'OPENAI_API_KEY="$(cat "$0")" exec "$@"', target["key_file"]] + bench
+
+
+def sweep(bench_target, given, stamp, reports_dir):
+    """The sweep of a plan's ``cluster.bench`` with the given settings, for the run named ``stamp``: {config, points,
+    errors, dirs}; ``dirs``: the run's folder inside the head's container, on the head, and on the controller."""
+    config, errors = settings(given)
+    found, more = points(config, bench_target.get("max_model_len")) if not errors else ([], [])
+    return {"config": config, "points": found, "errors": errors + more,
+            "dirs": {"container": "%s/%s" % (bench_target["result_dir"], stamp), "head": "%s/%s" % (bench_target["result_dir_host"], stamp),
+                     "controller": "%s/%s" % (reports_dir, stamp) if reports_dir else None}}
+
+
+def decode_bound(profile_bench, nodes):
+    """Tokens per second one stream cannot exceed: the nodes' bandwidth over the bytes read per decoded token; None
+    when the profile does not say its active parameters."""
+    spec = profile_bench or {}
+    if not spec.get("active_params") or not spec.get("bytes_per_param"):
+        return None
+    return round(GB10_BANDWIDTH_BYTES_S * int(nodes) / (float(spec["active_params"]) * float(spec["bytes_per_param"])), 1)

@@ -1,0 +1,105 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the apply step changes on each node of a deployment, from what the probe found: each container (none, create,
+start, recreate, restart), vLLM's restart, the state files that differ, the firewall, the baseline of memory before a
+launch, and whether anything is applied at all. Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nodes as nodes_check
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import LABEL, container_name, digest
+
+
+def differs(found, path, content):
+    """The node's file at ``path`` (as the probe's state read it: its sha256, or None) is not ``content``; a node not
+    probed (``found`` None) differs in everything."""
+    return found is None or found.get(path) != hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def state_writes(facts, paths, files):
+    """The folders the node lacks and the files whose content differs from the plan's (all, when not probed)."""
+    found = facts.get("state")
+    if found is None:
+        return {"folders": paths["folders"], "files": files}
+    return {"folders": [f for f in paths["folders"] if found.get(f["path"]) != "dir"],
+            "files": [f for f in files if differs(found, f["path"], f["content"])]}
+
+
+def firewall_writes(facts, planned):
+    """The firewall's files whose content differs, and whether its unit must be enabled (its link, read through, holds
+    the unit's content); the table is (re)loaded when either changes (a node not probed gets both)."""
+    if planned is None:
+        return {"files": [], "enable": False}
+    found = facts.get("state")
+    return {"files": [f for f in planned["files"] if differs(found, f["path"], f["content"])],
+            "enable": differs(found, planned["wants"], planned["files"][1]["content"])}
+
+
+def decide_changes(inputs, nodes, cluster, head):
+    """What the apply step changes, from what the probe found: per container (plan_nodes.container_change), a
+    restart of the Ray workers when the head is replaced (a worker's raylet dies with the head it joined), and
+    vLLM's restart when its config hash changed (with Ray, any node's change restarts it)."""
+    order = [n for n in inputs["order"] if n in nodes]
+    if inputs["backend"] == "ray" and head in nodes:
+        serve = nodes[head]["serve"]
+        serve["config_hash"] = digest({"argv": serve["argv"], "nodes": [nodes[n]["config_hash"] for n in order],
+                                       "api_key": inputs.get("api_key_digest")})
+        cluster["serve_config_hash"] = serve["config_hash"]
+    probed = {n: nodes_check.probed_containers(inputs["nodes"][n]) for n in order}
+    for name in order:
+        for spec in nodes[name]["containers"]:
+            spec_change = "create" if probed[name] is None else nodes_check.container_change(spec, probed[name])
+            nodes[name].setdefault("changes", {})[spec["name"]] = spec_change
+    cluster["env_drift"] = nodes_check.env_drift(order, inputs["nodes"], nodes)
+    head_change = nodes.get(head, {}).get("changes", {}).get(container_name(inputs["settings"], "ray", head))
+    joined = nodes_check.join_state(inputs["nodes"].get(head), cluster) if inputs["backend"] == "ray" else None
+    for name in order if inputs["backend"] == "ray" and head_change not in (None, "none") else []:
+        spec = nodes[name]["containers"][0]
+        if name != head and nodes[name]["changes"][spec["name"]] == "none":
+            nodes[name]["changes"][spec["name"]] = "restart"
+    for name in order if joined else []:  # a running worker missing from Ray (its raylet died) starts again
+        spec = nodes[name]["containers"][0]
+        if nodes[name]["fabric_ip"] in joined["missing_ips"] and nodes[name]["changes"][spec["name"]] == "none":
+            nodes[name]["changes"][spec["name"]] = "restart"
+    changing = any(c != "none" for n in order for c in nodes[n]["changes"].values())
+    for name in order:
+        serve = nodes[name].get("serve")
+        if serve and inputs["backend"] == "mp":  # vLLM is the container's own process: it changes with the container
+            serve["change"] = "none" if not changing else "start"
+        elif serve:
+            vllm = inputs["nodes"][name].get("vllm")
+            unchanged = vllm and vllm.get("running") and vllm.get("config_hash") == serve["config_hash"] and not changing
+            serve["change"] = "none" if unchanged else ("start" if vllm is not None or changing else "unknown")
+            # A container stopped under a running vLLM ends it by SIGKILL once its init exits: on a GB10 the memory
+            # stays pinned until a reboot (fact 3). vLLM is stopped by its process group before its containers change.
+            serve["stop_first"] = bool(vllm and vllm.get("running") and changing)
+    cluster.setdefault("serve_config_hash", nodes.get(head, {}).get("serve", {}).get("config_hash"))
+    launching = any((nodes[n].get("serve") or {}).get("change", "none") != "none" for n in order)
+    for name in order:  # before a launch, the memory teardown compares each node's with (fact 3); serve.yml writes it
+        found = inputs["nodes"][name].get("memory")
+        nodes[name]["writes"]["baseline"] = ({"path": nodes[name]["paths"]["baseline_file"], "mode": "0644",
+                                              "content": json.dumps(found, indent=4, sort_keys=True) + "\n"}
+                                             if launching and found else None)
+    cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
+    # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
+    cluster["apply_needed"] = (bool(cluster["changes"]) or launching
+                               or any((nodes[n].get("ring") or {}).get("netplan", {}).get("differs") for n in order)
+                               or any(nodes[n]["writes"]["folders"] or nodes[n]["writes"]["files"] or nodes[n]["writes"]["firewall"]["files"]
+                                      or nodes[n]["writes"]["firewall"]["enable"] for n in order))
+    # The head's probe read Ray: with every node and GPU joined and nothing to change, the join gate is proven already.
+    cluster["join_gate_proven"] = bool(joined and joined["ready"] and not cluster["apply_needed"])
+
+
+def monitoring_change(planned, head_facts):
+    """What the monitoring role does on the head: nothing when Prometheus runs with the planned hash (its files are in
+    the hash), apply, or remove the container of ours that monitoring off no longer wants."""
+    probed = nodes_check.probed_containers(head_facts)
+    if planned["enabled"]:
+        return "none" if nodes_check.container_change(planned["container"], probed) == "none" else "apply"
+    ours = [c for c in probed or [] if c["name"] == planned["container"]["name"] and c["labels"].get(LABEL + ".managed") == "true"]
+    return "remove" if ours else "none"

@@ -1,0 +1,199 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The planner's commands and containers: vLLM's flags gated by the image (fact 13), its argv, `ray start`
+(facts 5, 6, 20), every container the collection runs (facts 8, 16) and the helpers of the model role."""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, flags as flag_utils
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import (
+    container_name, LABEL, MODELS_MOUNT, STATE_MOUNT)
+
+OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for plasma otherwise
+LAUNCHER = STATE_MOUNT + "/bin/vllm-serve"
+VLLM_LOG = STATE_MOUNT + "/logs/vllm.log"
+VLLM_STATE = STATE_MOUNT + "/run/vllm.json"  # vllm_process's state file in the head's container (its default)
+API_KEY_FILE = STATE_MOUNT + "/secrets/vllm_api_key"
+# The launcher runs `vllm serve` with the arguments it is given. The API key is read from a file only root can read,
+# so it never appears on a command line, in `docker inspect` or in a log, and Ray does not carry it to the workers
+# (ray_non_carry_over_env_vars.json lists it).
+LAUNCHER_SCRIPT = """#!/bin/sh
+# Written by dgx_spark.vllm (the plan's launcher): runs `vllm serve` with the arguments it is given.
+# The API key is read from a file only root can read, so it never appears on a command line, in
+# `docker inspect` or in a log, and Ray does not carry it to the workers (ray_non_carry_over_env_vars.json).
+# Fail closed: an endpoint rank without a key does not start (a headless rank serves no endpoint).
+set -e
+key_file=%s
+headless=
+for arg in "$@"; do [ "$arg" = --headless ] && headless=1; done
+if [ -z "$headless" ]; then
+  if [ ! -s "$key_file" ]; then
+    echo "dgx_spark.vllm: no API key in $key_file (missing or empty); vLLM is not started without one." \
+      "Run serve.yml again (it writes the key there) or give vllm_api_key." >&2
+    exit 78
+  fi
+  VLLM_API_KEY=$(cat "$key_file")
+  export VLLM_API_KEY
+fi
+exec vllm serve "$@"
+""" % API_KEY_FILE
+
+
+def state_files(inputs, paths, non_carry):
+    """The small files a node's state folder holds: the launcher, and with Ray the names it must not carry over."""
+    files = [{"path": paths["launcher"], "content": LAUNCHER_SCRIPT, "mode": "0755"}]
+    if inputs["backend"] == "ray":
+        files.append({"path": paths["non_carry_over_file"], "content": json.dumps(non_carry, indent=4, sort_keys=True) + "\n",
+                      "mode": "0644"})
+    return files
+
+
+def serve_flags(inputs, findings, parallel):
+    """The vLLM flags of the profile, gated by the image (fact 13)."""
+    profile = inputs["profile"]
+    vllm = profile.get("vllm", {})
+    overrides = inputs.get("overrides") or {}
+    flags = {}
+    flags.update(vllm.get("flags") or {})
+    flags.update(inputs.get("extra_flags") or {})
+    kv_dtype = vllm.get("kv_cache_dtype")
+    if kv_dtype and kv_dtype != "auto":
+        flags.setdefault("--kv-cache-dtype", kv_dtype)
+    if parallel["expert_parallel"]:
+        flags.setdefault("--enable-expert-parallel", True)
+    image = inputs.get("image_info") or {}
+    options = image.get("options")
+    if options:
+        kept, dropped, errors = flag_utils.gate(flags, options, vllm.get("optional_flags") or (), inputs["settings"].get("image") or "the image",
+                                                image.get("version"))
+        for message in dropped:
+            findings.warn(message)
+        for message in errors:
+            findings.error("all", None, message)
+        flags = kept
+        if inputs["backend"] == "mp" and "--nnodes" not in options:
+            findings.error("all", "mp", "backend mp needs vLLM's --nnodes, which %s (vLLM %s) lacks; use vllm_backend: ray or a newer image"
+                           % (inputs["settings"].get("image"), image.get("version")))
+        parsers = image.get("reasoning_parsers")
+        name = flags.get("--reasoning-parser")
+        if parsers and name and name not in parsers and not flags.get("--reasoning-parser-plugin"):
+            findings.error("all", name, "reasoning parser %s is not in %s (it has %s); a wrong parser fails silently"
+                           % (name, inputs["settings"].get("image"), ", ".join(parsers)))
+        tools = image.get("tool_parsers")
+        name = flags.get("--tool-call-parser")
+        if tools and name and name not in tools and not flags.get("--tool-parser-plugin"):
+            findings.error("all", name, "tool-call parser %s is not in %s (it has %s)" % (name, inputs["settings"].get("image"), ", ".join(tools)))
+    max_len = overrides.get("max_model_len") or vllm.get("max_model_len")
+    return flags, (int(max_len) if max_len else None)
+
+
+def model_revision(inputs):
+    """The revision to fetch and serve: the inventory's override, else the profile's (None: the hub's main)."""
+    return (inputs.get("overrides") or {}).get("model_revision") or inputs["profile"]["model"].get("revision")
+
+
+def serve_argv(inputs, parallel, flags, utilization, max_len, rank, head_ip):
+    profile = inputs["profile"]
+    model = profile["model"]
+    argv = ["vllm", "serve", model["id"]]
+    if model.get("served_name"):  # else vLLM serves the model under its id, as the write-ups that name none
+        argv += ["--served-model-name", model["served_name"]]
+    argv += ["--host", inputs["endpoint"]["bind"] or "0.0.0.0", "--port", str(inputs["settings"]["port"]),
+             "--tensor-parallel-size", str(parallel["tensor_parallel_size"])]
+    if parallel["pipeline_parallel_size"] > 1:
+        argv += ["--pipeline-parallel-size", str(parallel["pipeline_parallel_size"])]
+    if parallel["data_parallel_size"] > 1:
+        argv += ["--data-parallel-size", str(parallel["data_parallel_size"])]
+    argv += ["--gpu-memory-utilization", "%g" % utilization]
+    if max_len:
+        argv += ["--max-model-len", str(max_len)]
+    revision = model_revision(inputs)
+    if revision:
+        argv += ["--revision", revision]
+    argv += flag_utils.to_argv(flags)
+    if inputs["backend"] == "ray":
+        argv += ["--distributed-executor-backend", "ray"]
+    else:
+        argv += ["--distributed-executor-backend", "mp", "--nnodes", str(parallel["nodes"]), "--node-rank", str(rank),
+                 "--master-addr", head_ip, "--master-port", str(inputs["settings"]["master_port"])]
+        if rank > 0:
+            argv.append("--headless")
+    return argv
+
+
+def ray_command(inputs, fabric_ip, is_head, head_ip):
+    """`ray start` of one node: its own fabric IP (fact 6), a 1 GiB object store (fact 5), no dashboard (fact 20), every
+    port pinned so that the firewall can name them (module_utils/plan/firewall.py)."""
+    settings = inputs["settings"]
+    object_store = (inputs["profile"].get("ray") or {}).get("object_store_memory", OBJECT_STORE_BYTES)
+    command = (["ray", "start", "--node-ip-address", fabric_ip, "--num-gpus", str(settings["gpus_per_node"]),
+                "--object-store-memory", str(object_store)]
+               + firewall.ray_port_flags(is_head, settings["ray_ports_offset"]) + ["--disable-usage-stats", "--block"])
+    if is_head:
+        command[2:2] = ["--head", "--port", str(settings["ray_port"]), "--include-dashboard=false"]
+    else:
+        command[2:2] = ["--address", "%s:%d" % (head_ip, settings["ray_port"])]
+    return command
+
+
+def gpus(settings):
+    """Docker's --gpus value, or None for none (the simulated cluster)."""
+    return None if str(settings["gpus"]).lower() in ("none", "false", "") else settings["gpus"]
+
+
+def labels(settings, name, role):
+    return {LABEL + ".managed": "true", LABEL + ".cluster": settings["cluster_name"], LABEL + ".node": name, LABEL + ".role": role}
+
+
+def container_spec(inputs, name, role, env, paths, command):
+    """One container as the apply step creates it; identical RDMA options on every node (fact 8)."""
+    settings = inputs["settings"]
+    container = inputs["profile"].get("container") or {}
+    volumes = ["%s:%s" % (paths["state_dir"], STATE_MOUNT), "%s:%s:ro" % (paths["models_dir"], MODELS_MOUNT)]
+    volumes += container.get("extra_volumes") or []
+    return {
+        "name": container_name(settings, role, name),
+        "image": settings["image"],
+        "command": command,
+        "env": dict(sorted(env.items())),
+        "network_mode": settings["network_mode"].replace("{node}", name),
+        "ipc_mode": settings["ipc_mode"],
+        "shm_size": container.get("shm_size") or settings["shm_size"],
+        "devices": list(settings["devices"] or []),
+        "capabilities": list(settings["capabilities"] or []),
+        "ulimits": list(settings["ulimits"] or []),
+        "gpus": gpus(settings),
+        "volumes": volumes,
+        "init": True,
+        "restart_policy": "no",  # fact 16: keep exited containers and their logs; no --rm
+        "labels": labels(settings, name, role),
+    }
+
+
+def disk_reserve_bytes(settings):
+    """Free space a fetch or copy must leave on a node's models disk."""
+    return int(float(settings["model_disk_reserve_gb"]) * 1024 ** 3)
+
+
+def model_fetch_argv(inputs, name, paths, model_id, revision):
+    """`docker run` of the head's one-off fetch container: the cluster's image (it carries huggingface_hub), the
+    cache layout the containers read (HF_HOME=/models/huggingface), the token as a 0600 file, never in argv."""
+    settings = inputs["settings"]
+    argv = ["docker", "run", "--rm", "--name", "%s-model-fetch" % settings["cluster_name"],
+            "--network", settings["network_mode"].replace("{node}", name)]
+    for key, value in sorted(labels(settings, name, "model-fetch").items()):
+        argv += ["--label", "%s=%s" % (key, value)]
+    argv += ["-v", "%s:%s" % (paths["models_dir"], MODELS_MOUNT), "-v", "%s:%s" % (paths["state_dir"], STATE_MOUNT),
+             "-e", "HF_HOME=%s/huggingface" % MODELS_MOUNT, "-e", "HF_HUB_DISABLE_TELEMETRY=1"]
+    if settings["hf_endpoint"]:
+        argv += ["-e", "HF_ENDPOINT=%s" % settings["hf_endpoint"]]
+    argv += ["--entrypoint", "python3", settings["image"], STATE_MOUNT + "/bin/fetch_model.py", model_id,
+             "--revision", revision or "main", "--token-file", STATE_MOUNT + "/secrets/hf_token", "--node", name,
+             "--reserve-bytes", str(disk_reserve_bytes(settings)),
+             "--log", STATE_MOUNT + "/logs/model-fetch.log"]
+    if settings["model_verify_checksums"]:
+        argv.append("--checksums")
+    return argv

@@ -1,0 +1,167 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the monitoring role runs: Prometheus on the head, scraping vLLM and every node, with the cluster's alert rules.
+
+Why these targets:
+- vLLM's `/metrics` is served by the API server only, that is the head (ranks under Ray and `--headless` ranks serve
+  no HTTP). It is open without the API key: vLLM's key guards the `/v1` routes only.
+- A node's memory is the GB10's unified memory, which the kernel's MemAvailable describes only in part: memory pinned
+  by a rank killed hard is used and explained by nothing (fact 3), and the node exporter cannot tell it apart. So each
+  node's supervisor (module_utils/plan/boot.py, already running on every node) serves the unified-memory probe's figures
+  (module_utils/probe/unified_memory.py) on the node's fabric address, a port the collection's firewall keeps to the
+  cluster's nodes. Prometheus on the head reaches them over the fabric.
+- Prometheus itself listens on the head's 127.0.0.1 by default: nothing listens beyond where it must. Reach it with
+  `ssh -L 9090:127.0.0.1:9090 <head>`, or set vllm_monitoring_listen to the management address.
+
+Pure: the role writes the files and runs the container this plans; each node's supervisor serves the
+figures module_utils/node/metrics.py writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.metrics import PREFIX
+
+GIB = 1024 ** 3
+DEFAULTS = {
+    "enabled": False,
+    "image": "prom/prometheus:v2.53.4",   # any Prometheus 2.x image whose entrypoint is prometheus
+    "listen": "127.0.0.1:9090",
+    "node_port": 9101,                    # each node's supervisor serves the node's figures here, on the fabric
+    "scrape_interval": "15s",
+    "alert_for": "1m",                    # how long a condition holds before its alert fires
+    "retention": "15d",
+    "kv_cache_full": 0.95,                # vllm:kv_cache_usage_perc at or above which the KV cache counts as full
+}
+DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
+JOB_VLLM = "vllm"
+JOB_NODES = "spark-nodes"
+CONFIG_MOUNT = "/etc/prometheus"
+DATA_MOUNT = "/prometheus"
+DATA_UID = 65534   # Prometheus's images run as nobody
+
+
+def settings(given):
+    """The monitoring settings: the defaults overlaid with the given ones (null keeps the default), and the errors."""
+    config = dict(DEFAULTS)
+    config.update({k: v for k, v in (given or {}).items() if v is not None and v != ""})
+    errors = []
+    config["enabled"] = str(config["enabled"]).lower() in ("1", "true", "yes", "on")
+    for key in ("scrape_interval", "alert_for", "retention"):
+        if not DURATION.match(str(config[key])):
+            errors.append("vllm_monitoring_%s must be a Prometheus duration such as 15s, 1m or 15d, got %r" % (key, config[key]))
+    host, dummy, port = str(config["listen"]).rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        errors.append("vllm_monitoring_listen must be ADDRESS:PORT (127.0.0.1:9090 keeps it to the head), got %r" % config["listen"])
+    try:
+        config["node_port"] = int(config["node_port"])
+        config["kv_cache_full"] = float(config["kv_cache_full"])
+    except (TypeError, ValueError):
+        errors.append("vllm_monitoring_node_port must be a port number and vllm_monitoring_kv_cache_full a fraction, got %r and %r"
+                      % (config["node_port"], config["kv_cache_full"]))
+    else:
+        if not 0 < config["node_port"] < 65536:
+            errors.append("vllm_monitoring_node_port must be between 1 and 65535, got %r" % config["node_port"])
+        if not 0 < config["kv_cache_full"] <= 1:
+            errors.append("vllm_monitoring_kv_cache_full is a fraction of the KV cache (0.95), got %r" % config["kv_cache_full"])
+    return config, errors
+
+
+def nodes_served(settings):
+    """Whether each node serves its figures: monitoring on, and the supervisor that serves them running
+    (vllm_boot_start). The planner, the firewall and the supervisor's plan all ask this."""
+    watched = settings.get("monitoring") or {}
+    return bool(watched.get("enabled")) and bool(settings.get("boot_start", True))
+
+
+def scrape_config(config, cluster, endpoint, nodes):
+    """Prometheus's configuration: vLLM on the head, every node's figures, the rules file."""
+    return {
+        "global": {"scrape_interval": config["scrape_interval"], "evaluation_interval": config["scrape_interval"],
+                   "external_labels": {"cluster": cluster}},
+        "rule_files": [CONFIG_MOUNT + "/rules.yml"],
+        "scrape_configs": [
+            {"job_name": JOB_VLLM, "metrics_path": "/metrics", "static_configs": [{"targets": [endpoint]}]},
+            {"job_name": JOB_NODES, "metrics_path": "/metrics",
+             "static_configs": [{"targets": ["%s:%d" % (ip, config["node_port"])], "labels": {"node": name}} for name, ip in nodes]},
+        ]}
+
+
+def rules(config, headroom_floor_bytes, unaccounted_limit_bytes):
+    """The alert rules: endpoint down, a node's figures missing, KV cache full, MemAvailable under the floor, pinned memory."""
+    wait = config["alert_for"]
+
+    def rule(name, expr, summary, fix):
+        return {"alert": name, "expr": expr, "for": wait, "labels": {"severity": "critical" if "Down" in name else "warning"},
+                "annotations": {"summary": summary, "description": fix}}
+
+    return {"groups": [{"name": "dgx-spark-vllm", "rules": [
+        rule("VllmEndpointDown", 'up{job="%s"} == 0' % JOB_VLLM,
+             "The vLLM endpoint {{ $labels.instance }} does not answer /metrics",
+             "status.yml names what stopped; the supervisor brings vLLM back after a boot, recover.yml after a crash"),
+        rule("SparkNodeMetricsDown", 'up{job="%s"} == 0' % JOB_NODES,
+             "Node {{ $labels.node }} does not answer: its supervisor or the node is down",
+             "status.yml shows the node and its supervisor; a node that rebooted starts it again"),
+        rule("VllmKvCacheFull", "vllm:kv_cache_usage_perc >= %s" % config["kv_cache_full"],
+             "vLLM's KV cache is {{ $value | humanizePercentage }} full: requests queue and are preempted",
+             "lower the concurrency, or plan a larger gpu_memory_utilization or a shorter vllm_max_model_len"),
+        rule("SparkMemAvailableLow", "%smemory_available_bytes < %d" % (PREFIX, headroom_floor_bytes),
+             "Node {{ $labels.node }} has {{ $value | humanize1024 }}B available, under the headroom floor (%.1f GiB)"
+             % (headroom_floor_bytes / GIB),
+             "a starved Spark stops answering (fact 21); stop what else runs there, or lower gpu_memory_utilization"),
+        rule("SparkPinnedMemory", "%smemory_unaccounted_bytes >= %d" % (PREFIX, unaccounted_limit_bytes),
+             "Node {{ $labels.node }} has {{ $value | humanize1024 }}B used that nothing explains: memory pinned by a rank "
+             "killed hard",
+             "only a reboot frees it (fact 3); reboot the node, the supervisor brings the model back"),
+    ]}]}
+
+
+def container_name(cluster):
+    return "%s-prometheus" % cluster
+
+
+def plan(config, cluster, head_entry, endpoint, nodes, floor, limit, labels):
+    """The monitoring section of the plan: the files on the head, the container, what verify waits for.
+    ``nodes`` is [(name, fabric_ip)] in the cluster's order; ``floor`` the headroom floor and ``limit`` the unaccounted
+    memory above which the planner refuses a node, in bytes; ``labels`` the collection's labels of the container (the
+    config hash is added: a changed file or flag recreates the container, which reads its files when it starts)."""
+    if not config["enabled"]:
+        return {"enabled": False, "container": {"name": container_name(cluster)}}
+    folder = head_entry["paths"]["state_dir"] + "/monitoring"
+    files = {"prometheus.yml": scrape_config(config, cluster, endpoint, nodes), "rules.yml": rules(config, floor, limit)}
+    container = {"name": container_name(cluster), "image": config["image"], "network_mode": "host",
+                 "command": ["--config.file=%s/prometheus.yml" % CONFIG_MOUNT, "--storage.tsdb.path=" + DATA_MOUNT,
+                             "--storage.tsdb.retention.time=" + config["retention"], "--web.listen-address=" + config["listen"]],
+                 "volumes": ["%s/config:%s:ro" % (folder, CONFIG_MOUNT), "%s/data:%s" % (folder, DATA_MOUNT)],
+                 "restart_policy": "unless-stopped", "labels": dict(labels)}
+    key = [k for k in labels if k.endswith(".managed")][0].rsplit(".", 1)[0] + ".config_hash"
+    container["labels"][key] = hashlib.sha256(json.dumps([files, container], sort_keys=True).encode("utf-8")).hexdigest()[:16]
+    return {"enabled": True, "url": "http://%s" % config["listen"], "listen": config["listen"], "node_port": config["node_port"],
+            "folder": folder, "config_dir": folder + "/config", "data_dir": folder + "/data", "data_uid": DATA_UID,
+            "files": files, "jobs": {JOB_VLLM: 1, JOB_NODES: len(nodes)}, "container": container}
+
+
+# The dashboard's panels as data: scripts/make_dashboard.py builds the Grafana dashboard from them (Grafana's typed
+# SDK), the integration test evaluates every query through the cluster's Prometheus. (title, unit, [(query, legend)]).
+PANELS = (
+    ("Output tokens/s", "short", [("sum(rate(vllm:generation_tokens_total[1m]))", "generated")]),
+    ("Prompt tokens/s", "short", [("sum(rate(vllm:prompt_tokens_total[1m]))", "prompt")]),
+    ("Time to first token", "s", [
+        ("histogram_quantile(%s, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))" % q, "p%s" % q[2:])
+        for q in ("0.50", "0.90", "0.99")]),
+    ("Inter-token latency", "s", [
+        ("histogram_quantile(%s, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket[1m])))" % q, "p%s" % q[2:])
+        for q in ("0.50", "0.90", "0.99")]),
+    ("KV cache usage", "percentunit", [("vllm:kv_cache_usage_perc", "{{instance}}")]),
+    ("Requests running and queued", "short", [("sum(vllm:num_requests_running)", "running"),
+                                              ("sum(vllm:num_requests_waiting)", "queued")]),
+    ("Requests finished/s", "reqps", [("sum by (finished_reason) (rate(vllm:request_success_total[1m]))", "{{finished_reason}}")]),
+    ("Endpoint and nodes up", "short", [('up{job="%s"}' % JOB_VLLM, "vLLM"), ('up{job="%s"}' % JOB_NODES, "{{node}}")]),
+    ("Node memory available", "bytes", [(PREFIX + "memory_available_bytes", "{{node}}")]),
+    ("Pinned memory (used, explained by nothing)", "bytes", [(PREFIX + "memory_unaccounted_bytes", "{{node}}")]),
+    ("Page cache", "bytes", [(PREFIX + "memory_page_cache_bytes", "{{node}}")]),
+)

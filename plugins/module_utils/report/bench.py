@@ -1,0 +1,122 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A benchmark's results: one row per point of the sweep (module_utils/plan/bench.py plans it) from the result file
+``vllm bench serve --save-result`` wrote, the CSV, the regressions against the previous run of the same profile and
+the Markdown summary with the decode bound and the write-up's published figures beside the measured ones. Pure; the
+bench_report action writes the files.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.bench import PERCENTILES
+
+COLUMNS = ("concurrency", "input_len", "output_len", "prompts", "completed", "errors", "duration_s", "request_throughput",
+           "output_tokens_per_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms",
+           "image_id", "profile", "config_hash")
+# (column, better when higher): what a regression is measured on.
+COMPARED = (("output_tokens_per_s", True), ("request_throughput", True), ("ttft_p50_ms", False), ("itl_p50_ms", False))
+
+
+def row(result, point, deployment):
+    """One CSV row from the result file ``vllm bench serve --save-result`` wrote for ``point``."""
+    def figure(key):
+        value = result.get(key)
+        return None if value is None else round(float(value), 3)
+
+    completed = int(result.get("completed") or 0)
+    failed = result.get("failed")
+    entry = {"concurrency": point["concurrency"], "input_len": point["input_len"], "output_len": point["output_len"],
+             "prompts": point["prompts"], "completed": completed,
+             "errors": int(failed) if failed is not None else max(point["prompts"] - completed, 0),
+             "duration_s": figure("duration"), "request_throughput": figure("request_throughput"),
+             "output_tokens_per_s": figure("output_throughput")}
+    for metric in ("ttft", "itl"):
+        for pct in PERCENTILES:
+            entry["%s_p%d_ms" % (metric, pct)] = figure("p%d_%s_ms" % (pct, metric))
+    entry.update(image_id=deployment.get("image_id"), profile=deployment.get("profile"), config_hash=deployment.get("config_hash"))
+    return entry
+
+
+def failed_row(point, deployment, reason):
+    """The row of a point that gave no result (it timed out, or the client failed): every figure empty, all errors."""
+    entry = {c: None for c in COLUMNS}
+    entry.update(concurrency=point["concurrency"], input_len=point["input_len"], output_len=point["output_len"],
+                 prompts=point["prompts"], completed=0, errors=point["prompts"], image_id=deployment.get("image_id"),
+                 profile=deployment.get("profile"), config_hash=deployment.get("config_hash"), failure=reason)
+    return entry
+
+
+def rows(points_run, results, runs, deployment):
+    """One row per point: from its result file (``results``: each a {"content": base64} as slurp returns it, or a
+    failure), else a failed row saying why (``runs``: each point's command result)."""
+    made = []
+    for point, result, run in zip(points_run, results, runs):
+        try:
+            made.append(row(json.loads(base64.b64decode(result["content"]).decode("utf-8")), point, deployment))
+        except (KeyError, TypeError, ValueError):
+            why = (run.get("msg") if run.get("rc") is None else "vllm bench serve exited %s: %s" % (
+                run.get("rc"), ((run.get("stderr") or "").strip().splitlines() or [""])[-1]))
+            made.append(failed_row(point, deployment, why or "no result file"))
+    return made
+
+
+def csv_text(rows):
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(COLUMNS), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for entry in rows:
+        writer.writerow({k: ("" if entry.get(k) is None else entry.get(k)) for k in COLUMNS})
+    return out.getvalue()
+
+
+def regressions(rows, previous, share):
+    """The figures worse than the previous run's at the same point by more than ``share``, each as a sentence."""
+    before = {(r["concurrency"], r["input_len"], r["output_len"]): r for r in previous or []}
+    found = []
+    for entry in rows:
+        old = before.get((entry["concurrency"], entry["input_len"], entry["output_len"]))
+        for column, higher_better in COMPARED if old else ():
+            new_value, old_value = entry.get(column), old.get(column)
+            if new_value is None or not old_value:
+                continue
+            change = (float(new_value) - float(old_value)) / float(old_value)
+            if (-change if higher_better else change) > share:
+                found.append("c%d in%d out%d: %s %s -> %s (%+.0f%%)" % (entry["concurrency"], entry["input_len"], entry["output_len"],
+                                                                        column, old_value, new_value, 100 * change))
+    return found
+
+
+def summary(rows, previous, meta, bound, published, share):
+    """The Markdown summary: the deployment, the table, the bound, the published figures and the comparison with
+    ``previous`` (the previous run's bench.json: its meta and rows)."""
+    lines = ["# Benchmark of %s" % meta["profile"], "",
+             "- image: %s (%s), vLLM %s" % (meta.get("image"), (meta.get("image_id") or "")[:19], meta.get("vllm_version")),
+             "- config hash: %s; nodes: %s; taken %s" % (meta.get("config_hash"), ", ".join(meta.get("nodes") or []), meta.get("taken_at")),
+             "- decode bound (one stream): %s" % ("%.1f tokens/s (%d x 273 GB/s over the bytes read per token)"
+                                                  % (bound, len(meta.get("nodes") or [])) if bound else "unknown (the profile "
+                                                  "does not give its active parameters)"),
+             "", "| concurrency | in | out | req/s | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for entry in rows:
+        lines.append("| %s |" % " | ".join("" if entry.get(k) is None else str(entry.get(k)) for k in (
+            "concurrency", "input_len", "output_len", "request_throughput", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms",
+            "itl_p50_ms", "itl_p99_ms", "errors")))
+    if published:
+        lines += ["", "Published figures of the profile's write-up:", ""]
+        lines += ["- c%s: %s output tokens/s (%s)" % (p["concurrency"], p["output_tokens_per_s"], p.get("source", "")) for p in published]
+    lines.append("")
+    if previous is None:
+        lines.append("No previous run of this profile to compare with.")
+    else:
+        found = regressions(rows, previous["rows"], share)
+        lines.append("Compared with the previous run of this profile (%s): %s" % (
+            (previous.get("meta") or {}).get("taken_at"), "no figure is worse by more than %.0f%%." % (100 * share) if not found else
+            "REGRESSION beyond %.0f%%:" % (100 * share)))
+        lines += ["- " + f for f in found]
+    return "\n".join(lines) + "\n"

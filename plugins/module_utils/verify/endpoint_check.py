@@ -1,0 +1,176 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The endpoint asked as a user asks it (module_utils/verify/endpoint.py builds the requests and judges the answers): the
+one check of an endpoint, which the vllm_endpoint_info action runs on the controller and its module runs where it is
+sent. ``check(params, warn)`` returns the RV(endpoint) result; ``params`` are the module's options."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from urllib.parse import urlparse
+
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canary as canary_prompts, endpoint as ep
+
+
+class Client:
+    def __init__(self, params):
+        self.base = params["url"].rstrip("/")
+        self.key = params["api_key"]
+        self.timeout = params["request_timeout"]
+
+    def headers(self):
+        headers = {"Content-Type": "application/json"}
+        if self.key:
+            headers["Authorization"] = "Bearer " + self.key
+        return headers
+
+    def get(self, path):
+        response = open_url(self.base + path, method="GET", headers=self.headers(), timeout=self.timeout)
+        return response.getcode(), response.read()
+
+    def post(self, path, body):
+        return open_url(self.base + path, method="POST", data=json.dumps(body), headers=self.headers(), timeout=self.timeout)
+
+
+def port_open(url):
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def wait_ready(params, client, result):
+    model = params["model"]
+    deadline = time.monotonic() + params["wait"]
+    started = time.monotonic()
+    last = "port not open"
+    while True:
+        stage = "port"
+        try:
+            if port_open(client.base):
+                stage = "health"
+                code, body = client.get("/health")
+                if code == 200:
+                    stage = "models"
+                    code, body = client.get("/v1/models")
+                    names = ep.served_names(json.loads(body))
+                    result["models"] = names
+                    if model is None and names:
+                        model = params["model"] = names[0]
+                    if model in names:
+                        result["stage"] = "models"
+                        result["seconds_to_ready"] = round(time.monotonic() - started, 1)
+                        return True
+                    last = "/v1/models lists %s, not %s" % (", ".join(names) or "nothing", model)
+                else:
+                    last = "/health answered %d" % code
+            else:
+                last = "port not open"
+        except Exception as exc:  # pylint: disable=broad-except
+            last = "%s: %s" % (stage, getattr(exc, "reason", None) or exc)
+        result["stage"] = stage
+        if time.monotonic() + 2 > deadline:
+            result["errors"].append("not ready after %d s at %s: %s" % (params["wait"], client.base, last))
+            return False
+        time.sleep(1)
+
+
+def check_stream(params, client, result):
+    started = time.monotonic()
+    try:
+        response = client.post("/v1/chat/completions", ep.chat_request(params["model"], "Hello", max_tokens=4, stream=True))
+        lines = []
+        for raw in response:
+            lines.append(raw.decode("utf-8", "replace"))
+            text, chunks = ep.first_token(lines)
+            if text is not None:
+                result["first_token_seconds"] = round(time.monotonic() - started, 3)
+                result["first_token"] = text
+                result["stage"] = "stream"
+                return True
+        result["errors"].append("the streamed completion ended without a token (%d chunks)" % ep.first_token(lines)[1])
+    except Exception as exc:  # pylint: disable=broad-except
+        result["errors"].append("streamed completion failed: %s" % (getattr(exc, "reason", None) or exc))
+    return False
+
+
+def run_smoke(params, client, result):
+    for test in params["smoke_tests"]:
+        started = time.monotonic()
+        entry = {"name": test.get("name"), "kind": test.get("kind")}
+        try:
+            response = json.loads(client.post("/v1/chat/completions", ep.smoke_request(params["model"], test)).read())
+            entry["passed"], entry["detail"] = ep.judge(test, response)
+        except Exception as exc:  # pylint: disable=broad-except
+            entry["passed"], entry["detail"] = False, "request failed: %s" % (getattr(exc, "reason", None) or exc)
+        entry["seconds"] = round(time.monotonic() - started, 3)
+        result["smoke"].append(entry)
+        if not entry["passed"]:
+            result["errors"].append("smoke test '%s' failed: %s" % (entry["name"], entry["detail"]))
+
+
+def ask_canary(params, client, result):
+    """The canary's prompts, one at a time (batching can flip near-tie logits), their tokens as IDs."""
+    config = params["canary"]
+    result["canary"] = []
+    for prompt in config["prompts"]:
+        try:
+            response = json.loads(client.post("/v1/completions", canary_prompts.request(params["model"], prompt, config)).read())
+            tokens = canary_prompts.tokens_of(response)
+        except Exception as exc:  # pylint: disable=broad-except
+            result["errors"].append("canary prompt %r failed: %s" % (prompt, getattr(exc, "reason", None) or exc))
+            return
+        result["canary"].append({"prompt": prompt, "tokens": tokens, "text": response["choices"][0].get("text") or ""})
+
+
+def read_live(params, client, result, warn):
+    """Two reads of /metrics, metrics_seconds apart (not the model's answers: counters only)."""
+    seconds = params["metrics_seconds"]
+    try:
+        before = ep.metric_sums(client.get("/metrics")[1].decode("utf-8", "replace"))
+        time.sleep(seconds)
+        after = ep.metric_sums(client.get("/metrics")[1].decode("utf-8", "replace"))
+    except Exception as exc:  # noqa: BLE001 (any failure of the read is reported, the status goes on)
+        warn("could not read %s/metrics: %s" % (client.base, exc))
+        return
+    result["live"] = ep.live(before, after, seconds)
+
+
+ARGUMENT_SPEC = dict(
+    url=dict(type="str", required=True),
+    model=dict(type="str"),
+    api_key=dict(type="str", no_log=True),
+    wait=dict(type="int", default=0),
+    stream=dict(type="bool", default=True),
+    smoke_tests=dict(type="list", elements="dict", default=[]),
+    canary=dict(type="dict"),
+    metrics_seconds=dict(type="int", default=0),
+    request_timeout=dict(type="int", default=120),
+    fail_on_error=dict(type="bool", default=True),
+)
+
+
+def check(params, warn):
+    """Readiness, then the stream, the smoke tests, the canary and the live figures as ``params`` ask."""
+    params = dict(params)
+    client = Client(params)
+    result = {"ready": False, "stage": None, "models": [], "seconds_to_ready": None, "first_token_seconds": None,
+              "first_token": None, "smoke": [], "live": None, "errors": []}
+    if wait_ready(params, client, result):
+        result["ready"] = check_stream(params, client, result) if params["stream"] else True
+        if result["ready"]:
+            run_smoke(params, client, result)
+        if result["ready"] and params["canary"]:
+            ask_canary(params, client, result)
+        if result["ready"] and params["metrics_seconds"] > 0:
+            read_live(params, client, result, warn)
+    result["model"] = params["model"]
+    return result

@@ -1,0 +1,368 @@
+"""boot: the node's supervisor that brings the model back after a boot, planned from the plan and deciding each look
+from what the node shows (captured probe outputs: a GB10's meminfo, Ray's state on the simulated cluster)."""
+
+import json
+import os
+import time
+
+import pytest
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot, deployment, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canary
+
+from helpers import ROOT, read_fixture, run_module, spark_inputs
+
+
+
+def plan(tmp_path, **settings):
+    m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
+    made = deployment.plan_deployment(spark_inputs(m25, tmp_path, settings=settings))
+    assert made["ok"], made["errors"]
+    return made
+
+
+def test_each_node_gets_its_steps_in_order_from_the_plan(tmp_path):
+    made = plan(tmp_path)
+    head, worker = made["nodes_order"]
+    cluster = made["cluster"]
+    worker_steps = made["nodes"][worker]["boot"]["config"]["steps"]
+    assert [s["kind"] for s in worker_steps] == ["tcp", "container"]
+    assert worker_steps[0]["rejoin"] == made["nodes"][worker]["containers"][0]["name"]
+    assert (worker_steps[0]["host"], worker_steps[0]["port"]) == (cluster["head_ip"], 6379)
+    assert worker_steps[1]["container"] == made["nodes"][worker]["containers"][0]["name"] and worker_steps[1]["check_memory"]
+    head_boot = made["nodes"][head]["boot"]
+    steps = head_boot["config"]["steps"]
+    assert [s["kind"] for s in steps] == ["container", "join", "driver", "health", "completion"]
+    assert steps[1]["expected_gpus"] == cluster["expected_ray_gpus"] == 2 and steps[1]["expected_ips"] == cluster["expected_ips"]
+    serve = made["nodes"][head]["serve"]
+    # the driver the supervisor starts is the one serve.yml starts, under the same hash: a later serve.yml changes nothing
+    assert steps[2]["argv"] == serve["command"] and steps[2]["config_hash"] == serve["config_hash"] == cluster["serve_config_hash"]
+    assert steps[2]["state_file"] == "/dgx-spark/run/vllm.json" and steps[2]["check_memory"]
+    assert steps[2]["state_file_host"] == made["nodes"][head]["paths"]["vllm_state_file"]
+    assert steps[3]["url"] == cluster["endpoint"]["local_health_url"]
+    assert steps[4]["key_file"] == made["nodes"][head]["paths"]["api_key_file"] and steps[4]["model"] == cluster["endpoint"]["served_model_name"]
+    node_memory = cluster["memory"]["nodes"][head]
+    assert head_boot["config"]["memory"]["need_available_bytes"] == (
+        node_memory["requested_bytes"] + node_memory["runtime_bytes"] + cluster["memory"]["headroom_floor_bytes"])
+    assert head_boot["enabled"] is True
+
+
+def test_the_unit_starts_after_docker_and_the_firewall_and_runs_the_copied_code(tmp_path):
+    made = plan(tmp_path)
+    node = made["nodes"][made["head"]]["boot"]
+    assert node["paths"]["unit"] == "/etc/systemd/system/dgx-spark-vllm-serve-dgx-spark.service"
+    assert node["paths"]["wants"] == "/etc/systemd/system/multi-user.target.wants/dgx-spark-vllm-serve-dgx-spark.service"
+    lines = node["unit"].splitlines()
+    assert "After=docker.service network-online.target dgx-spark-vllm-firewall-dgx-spark.service" in lines
+    exec_start = [line for line in lines if line.startswith("ExecStart=")][0]
+    assert exec_start.split("=", 1)[1].split() == ["/usr/bin/env", "PYTHONPATH=" + node["paths"]["lib"], "python3", "-m",
+                                                   "ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor", node["paths"]["config"]]
+    assert node["paths"]["config"].startswith(made["nodes"][made["head"]]["state_dir"] + "/")
+
+
+def test_one_variable_turns_it_off(tmp_path):
+    made = plan(tmp_path, boot_start=False, firewall=False)
+    node = made["nodes"][made["head"]]["boot"]
+    assert node["enabled"] is False
+    assert "After=docker.service network-online.target" in node["unit"].splitlines()
+    assert boot.next_boot(node["config"], False, None)["next_boot"].startswith("nothing")
+
+
+class FakeNode(supervisor.Ops):
+    """A node as the supervisor sees it: files, Docker's answers, the endpoint."""
+
+    docker = "docker"
+
+    def __init__(self, files=None, running=(), ray=None, healthy=False):
+        self.files = dict(files or {})
+        self.running = set(running)
+        self.ray = ray
+        self.healthy = healthy
+        self.pgid = None
+        self.calls = []
+        self.asked = 0
+        self.canary_asked = []
+        self.metrics = "# HELP vllm:num_requests_running Number of requests in model execution batches.\n" \
+                       "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0.0\n" \
+                       "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 0.0\n"
+        self.canary_answer = json.loads(read_fixture("canary", "sim-tiny-completion-token-ids.json"))
+
+    def exists(self, path):
+        return path in self.files
+
+    def read(self, path):
+        if path == "/state/run/vllm.json" and self.pgid:
+            return json.dumps({"pgid": self.pgid, "config_hash": "h"})
+        if path not in self.files:
+            raise OSError("no %s" % path)
+        return self.files[path]
+
+    def connects(self, host, port):
+        return "head" in self.running
+
+    def http(self, url, body=None, key=None, timeout=5, text=False):
+        if url.endswith("/metrics"):
+            return 200, self.metrics
+        if body is None:
+            return (200 if self.healthy else None), None
+        assert key == "sk-test"
+        if url.endswith("/v1/completions"):  # the canary's prompts: the captured answer, or the test's
+            self.canary_asked.append(body["prompt"])
+            return 200, self.canary_answer
+        self.asked += 1
+        return 200, {"choices": [{"message": {"content": "Hello there"}, "finish_reason": "length"}]}
+
+    def run(self, argv, data=None, timeout=60):
+        self.calls.append(list(argv))
+        if argv[1] == "inspect":
+            return (0, "true\n" if argv[-1] in self.running else "false\n", "") if argv[-1] in ("head", "worker") else (1, "", "No such object")
+        if argv[1] in ("start", "restart"):
+            self.running.add(argv[-1])
+            return 0, argv[-1], ""
+        if argv[1] == "exec" and "ray" not in self.running and argv[2] == "head":
+            return 1, "", "container head is not running"
+        if argv[1] == "exec" and "-c" in argv and "import ray" in " ".join(argv):
+            return 0, self.ray, ""
+        if argv[1] == "exec" and argv[3:5] == ["kill", "-0"]:
+            return (0, "", "") if self.pgid else (1, "", "")
+        if argv[1] == "exec" and argv[2] == "-d":  # the launch
+            self.pgid = 4242
+            return 0, "", ""
+        if argv[1] == "exec" and argv[-1].endswith(".pid"):
+            return 0, "4242\n", ""
+        return 0, "", ""
+
+
+def head_config():
+    return {"hold": "/state/boot/hold", "status": "/state/boot/status.json", "interval": 5,
+            "memory": {"need_available_bytes": int(100 * boot.GIB), "unaccounted_limit_bytes": 8 * boot.GIB},
+            "steps": [{"name": "container head runs", "kind": "container", "container": "head", "check_memory": True},
+                      {"name": "every node and GPU joined", "kind": "join", "container": "head", "expected_nodes": 2,
+                       "expected_gpus": 2, "expected_ips": ["10.210.0.10", "10.210.0.11"]},
+                      {"name": "vLLM runs in head", "kind": "driver", "container": "head", "argv": ["/dgx-spark/bin/vllm-serve", "m"],
+                       "config_hash": "h", "state_file": "/dgx-spark/run/vllm.json", "log_file": "/dgx-spark/logs/vllm.log",
+                       "state_file_host": "/state/run/vllm.json",
+                       "check_memory": True},
+                      {"name": "the endpoint answers", "kind": "health", "url": "http://127.0.0.1:8000/health"},
+                      {"name": "one completion", "kind": "completion", "url": "http://127.0.0.1:8000", "model": "m",
+                       "key_file": "/state/secrets/key"}]}
+
+
+def test_a_head_that_boots_starts_in_order_and_only_when_every_node_joined():
+    node = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt"), "/state/secrets/key": "sk-test\n"})
+    memo = {}
+    config = head_config()
+    assert supervisor.look(config, node, memo) == ("starting", "container head runs", "started container head")
+    node.running.add("ray")
+    one = json.loads(read_fixture("ray", "one-of-two.json"))
+    for entry in one["nodes"]:
+        entry["NodeManagerAddress"] = "10.210.0.10"
+    node.ray = json.dumps(one)
+    state, detail, did = supervisor.look(config, node, memo)
+    assert (state, did) == ("waiting", None) and detail.startswith("every node and GPU joined: missing nodes: 10.210.0.11")
+    assert not any(c[:3] == ["docker", "exec", "-d"] for c in node.calls)  # no vLLM before the gate
+    node.ray = read_fixture("ray", "sim-two-nodes.json")
+    assert supervisor.look(config, node, memo) == ("starting", "vLLM runs in head", "started vLLM in head (process group 4242)")
+    launch = [c for c in node.calls if c[:3] == ["docker", "exec", "-d"]][0]
+    assert launch[-2:] == ["/dgx-spark/bin/vllm-serve", "m"] and "setsid" in launch
+    assert supervisor.look(config, node, memo) == ("waiting", "the endpoint answers: not answering 200 yet", None)
+    node.healthy = True
+    state, detail, did = supervisor.look(config, node, memo)
+    assert state == "serving" and did.startswith("completion passed") and node.asked == 1
+    assert supervisor.look(config, node, memo) == ("serving", "every step holds", None) and node.asked == 1  # asked once per start
+    assert not any("import ray" in " ".join(c) for c in node.calls[-4:])  # while vLLM runs, Ray's client is not started
+
+
+def test_a_dead_vllm_is_started_again_and_asked_again():
+    node = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt"), "/state/secrets/key": "sk-test"},
+                    running={"head", "ray"}, ray=read_fixture("ray", "sim-two-nodes.json"), healthy=True)
+    node.pgid = 7
+    memo = {}
+    assert supervisor.look(head_config(), node, memo)[0] == "serving" and node.asked == 1
+    node.pgid = None  # a worker rebooted: vLLM lost a rank and ended
+    assert supervisor.look(head_config(), node, memo)[0] == "starting"
+    assert supervisor.look(head_config(), node, memo)[0] == "serving" and node.asked == 2
+
+
+def test_pinned_memory_refuses_the_start_and_says_why():
+    node = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-leaked.txt")})
+    state, detail, did = supervisor.look(head_config(), node, {})
+    assert (state, did) == ("refused", None)
+    assert "container head runs" in detail and "pinned by a container killed hard" in detail and "reboot this node" in detail
+    assert not any(c[1] == "start" for c in node.calls)
+
+
+def test_too_little_free_memory_refuses_and_names_the_figures():
+    config = head_config()
+    config["memory"]["need_available_bytes"] = int(120 * boot.GIB)
+    node = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt")})
+    state, detail, did = supervisor.look(config, node, {})
+    assert state == "refused" and "117.3 GiB available, the plan needs 120.0 GiB" in detail
+
+
+def test_a_hold_keeps_its_hands_off():
+    node = FakeNode(files={"/state/boot/hold": "serve.yml since now"})
+    assert supervisor.look(head_config(), node, {})[0] == "held" and node.calls == []
+
+
+def test_the_status_keeps_the_state_since_it_began_and_the_last_events():
+    first = supervisor.record({}, "waiting", "join", None, 10.0, 1)
+    same = supervisor.record(first, "waiting", "join", None, 15.0, 1)
+    assert same["since"] == 10.0 and same["heartbeat"] == 15.0
+    serving = supervisor.record(same, "serving", "ok", "completion passed", 20.0, 1)
+    assert serving["serving_since"] == 20.0 and serving["events"][-2:] == [{"at": 20.0, "what": "serving: ok"},
+                                                                           {"at": 20.0, "what": "completion passed"}]
+    assert [e["what"] for e in serving["events"]] == ["waiting: join", "serving: ok", "completion passed"]  # changes of state only
+    many = serving
+    for i in range(40):
+        many = supervisor.record(many, "starting", str(i), "did %d" % i, 30.0 + i, 1)
+    assert len(many["events"]) == supervisor.EVENTS_KEPT and "serving_since" not in many
+
+
+def test_the_supervisor_ends_when_teardown_removed_its_plan(tmp_path):
+    config = dict(head_config(), steps=[], hold=str(tmp_path / "hold"), status=str(tmp_path / "status.json"))
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(config))
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        if len(slept) == 2:
+            path.unlink()
+
+    assert supervisor.main([str(path)], ops=supervisor.Ops(), sleep=sleep) == 0
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["state"] == "serving" and [e["what"] for e in status["events"]] == ["supervisor started", "serving: every step holds"]
+    assert len(slept) == 2
+
+
+def module_boot(tmp_path):
+    where = {"unit": str(tmp_path / "etc/dgx.service"), "wants": str(tmp_path / "etc/wants/dgx.service"),
+             "lib": str(tmp_path / "state/boot/lib"), "config": str(tmp_path / "state/boot/plan.json"),
+             "status": str(tmp_path / "state/boot/status.json"), "hold": str(tmp_path / "state/boot/hold")}
+    config = {"cluster": "t", "node": "n", "hold": where["hold"], "status": where["status"], "interval": 1,
+              "memory": {"need_available_bytes": None, "unaccounted_limit_bytes": 8 * boot.GIB}, "steps": []}
+    return {"enabled": True, "unit_name": "dgx.service", "paths": where, "unit": boot.unit("t", where), "config": config}
+
+
+@pytest.mark.skipif(os.path.isdir("/run/systemd/system"), reason="the module would use this machine's systemd")
+def test_the_module_installs_starts_holds_releases_and_removes_only_its_files(tmp_path):
+    spec = module_boot(tmp_path)
+    where = spec["paths"]
+    (tmp_path / "state/boot").mkdir(parents=True)
+    (tmp_path / "state/boot/other").write_text("not ours\n")
+    checked = run_module("vllm_boot", {"boot": spec, "_ansible_check_mode": True, "_ansible_diff": True})
+    assert checked["changed"] and not os.path.exists(where["config"]) and checked["diff"]["after"]["at_boot"] is True
+    first = run_module("vllm_boot", {"boot": spec})
+    try:
+        assert first["changed"] and first["running"], first
+        assert os.readlink(where["wants"]) == where["unit"]
+        assert json.loads(open(where["config"]).read()) == spec["config"]
+        copied = os.path.join(where["lib"], "ansible_collections/dgx_spark/vllm/plugins/module_utils")
+        assert sorted(os.path.relpath(os.path.join(d, f), copied) for d, dummy, names in os.walk(copied) for f in names) \
+            == sorted(m.replace(".", "/") + ".py" for m in boot.LIB_MODULES)
+        deadline = time.time() + 15
+        while time.time() < deadline and "serving" not in (open(where["status"]).read() if os.path.exists(where["status"]) else ""):
+            time.sleep(0.2)
+        assert json.loads(open(where["status"]).read())["state"] == "serving"  # the copied code really ran
+        again = run_module("vllm_boot", {"boot": spec})
+        assert not again["changed"] and again["running"] and again["written"] == []
+        # What the probe reads of the installed files tells the planner that installing again changes nothing.
+        assert boot.install_changes(spec, node_probe.state(boot.probe_paths(where))) == []
+        other = dict(spec, config=dict(spec["config"], interval=2))
+        assert boot.install_changes(other, node_probe.state(boot.probe_paths(where))) == [where["config"]]
+        held = run_module("vllm_boot", {"boot": spec, "state": "held", "holder": "serve.yml"})
+        assert held["changed"] and open(where["hold"]).read().startswith("serve.yml since ")
+        assert boot.install_changes(spec, node_probe.state(boot.probe_paths(where))) == [where["hold"]]  # released by a commit
+        deadline = time.time() + 15
+        while time.time() < deadline and json.loads(open(where["status"]).read())["state"] != "held":
+            time.sleep(0.2)
+        probed = run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "probed"})
+        assert not probed["changed"] and probed["status"]["state"] == "held" and "(held now:" in probed["next_boot"]["next_boot"]
+        released = run_module("vllm_boot", {"boot": spec})
+        assert released["changed"] and not os.path.exists(where["hold"])
+    finally:
+        gone = run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})
+    assert gone["changed"] and not gone["running"]
+    assert sorted(os.listdir(tmp_path / "state/boot")) == ["other"] and not os.path.lexists(where["wants"])
+    assert len(boot.install_changes(spec, node_probe.state(boot.probe_paths(where)))) == 3 + len(boot.LIB_MODULES)
+    (tmp_path / "state/boot/other").unlink()
+    run_module("vllm_boot", {"boot": spec})
+    run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})
+    assert not os.path.exists(tmp_path / "state/boot")  # its folder goes too when nothing else is in it
+    assert not run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})["changed"]
+
+
+def worker_config():
+    return {"hold": "/state/boot/hold", "status": "/state/boot/status.json", "interval": 5,
+            "memory": {"need_available_bytes": int(100 * boot.GIB), "unaccounted_limit_bytes": 8 * boot.GIB},
+            "steps": [{"name": "the head's Ray answers", "kind": "tcp", "host": "10.210.0.10", "port": 6379, "rejoin": "worker"},
+                      {"name": "container worker runs", "kind": "container", "container": "worker", "check_memory": True}]}
+
+
+def test_a_worker_rejoins_a_head_that_went_away_and_came_back_at_once():
+    node = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt")}, running={"head", "worker"})
+    memo = {}
+    assert supervisor.look(worker_config(), node, memo) == ("serving", "every step holds", None)
+    node.running.discard("head")  # the head reboots: its port goes; the worker's Ray would stay joined to it for minutes
+    assert supervisor.look(worker_config(), node, memo)[0] == "waiting"
+    node.running.add("head")
+    state, detail, did = supervisor.look(worker_config(), node, memo)
+    assert state == "starting" and did.startswith("restarted container worker")
+    assert node.calls[-1][:2] == ["docker", "restart"]
+    assert supervisor.look(worker_config(), node, memo) == ("serving", "every step holds", None)
+
+
+def test_a_vllm_that_keeps_dying_is_started_three_times_then_left_with_the_reason():
+    node = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt"), "/state/secrets/key": "sk-test"},
+                    running={"head", "ray"}, ray=read_fixture("ray", "sim-two-nodes.json"))
+    memo = {}
+    for dummy in range(supervisor.MAX_STARTS):
+        assert supervisor.look(head_config(), node, memo)[0] == "starting"
+        node.pgid = None  # it dies while loading
+    state, detail, did = supervisor.look(head_config(), node, memo)
+    assert (state, did) == ("failed", None) and "started 3 times without the node serving" in detail
+    launches = [c for c in node.calls if c[:3] == ["docker", "exec", "-d"]]
+    assert len(launches) == supervisor.MAX_STARTS
+
+
+def test_the_mp_head_asks_its_completion_once():
+    config = head_config()
+    config["steps"] = [config["steps"][0], config["steps"][3], config["steps"][4]]  # container, health, completion
+    node = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt"), "/state/secrets/key": "sk-test"},
+                    running={"head"}, healthy=True)
+    memo = {}
+    assert supervisor.look(config, node, memo)[0] == "serving" and node.asked == 1
+    assert supervisor.look(config, node, memo) == ("serving", "every step holds", None) and node.asked == 1
+
+
+def test_after_a_boot_the_canary_is_asked_and_a_wrong_answer_fails_by_name():
+    """The completion step asks the canary's prompts one at a time and compares them with the head's kept reference:
+    the same tokens pass (the same basis: token for token), other tokens fail with the canary's own message."""
+    answer = json.loads(read_fixture("canary", "sim-tiny-completion-token-ids.json"))
+    settings = dict(canary.settings({}), garbage={"enabled": False})
+    basis = {"image_id": "sha256:1", "model": "m", "revision": None, "flags": {}, "env": {}}
+    kept = canary.keep({}, "m", canary.reference([{"prompt": p, "tokens": canary.tokens_of(answer)} for p in settings["prompts"]],
+                                                 basis, "2026-11-24T10:00:00Z"))
+    files = {"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt"), "/state/secrets/key": "sk-test",
+             "/state/config/canary-reference.json": json.dumps(kept)}
+    config = head_config()
+    config["steps"][-1]["canary"] = {"settings": settings, "basis": basis, "reference_file": "/state/config/canary-reference.json"}
+    node = FakeNode(files=files, running={"head", "ray"}, ray=read_fixture("ray", "sim-two-nodes.json"), healthy=True)
+    node.pgid = 7
+    state, detail, did = supervisor.look(config, node, {})
+    assert state == "serving" and node.canary_asked == settings["prompts"]
+    assert did.endswith("canary passed: 5 prompts agree with the reference token for token (image, model revision and numerics unchanged)")
+    wrong = json.loads(json.dumps(answer))
+    wrong["choices"][0]["logprobs"]["tokens"][3] = "token_id:1"
+    node.canary_answer, node.pgid = wrong, 8  # vLLM started again after a boot: asked again
+    state, detail, did = supervisor.look(config, node, {})
+    assert state == "failed" and "canary FAILED: the answers differ from the reference recorded 2026-11-24T10:00:00Z" in did
+    node.metrics, node.pgid, node.canary_asked = node.metrics.replace("} 0.0", "} 3.0", 1), 10, []  # clients came back first
+    state, detail, did = supervisor.look(config, node, {})
+    assert state == "serving" and did.endswith("canary not asked: 3 requests were in flight") and not node.canary_asked
+    del node.files["/state/config/canary-reference.json"]  # no reference kept yet: the completion alone decides
+    node.pgid = 9
+    assert supervisor.look(config, node, {})[0] == "serving"

@@ -1,0 +1,108 @@
+"""bench.yml's sweep, rows and summary (module_utils/plan/bench.py); the rows from a result file vllm bench serve wrote on
+the simulated cluster (tests/unit/fixtures/bench/)."""
+
+import base64
+import json
+import os
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import bench, deployment, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import bench as bench_results
+
+from helpers import ROOT, read_fixture, spark_inputs
+
+TARGET = {"container": "dgx-spark-ray-spark1", "base_url": "http://192.168.1.10:8000", "model": "org/m", "served_name": "m",
+          "key_file": "/dgx-spark/secrets/vllm_api_key", "max_model_len": 4096, "result_dir": "/dgx-spark/bench",
+          "result_dir_host": "/var/lib/dgx-spark-vllm/dgx-spark/bench"}
+DEPLOYMENT = {"image_id": "sha256:ab", "profile": "p", "config_hash": "h"}
+
+
+def test_the_default_sweep_is_the_write_ups_and_bounded():
+    sweep = bench.sweep(TARGET, {}, "20261124T120000Z", "/inv/.artifacts/bench")
+    assert [p["concurrency"] for p in sweep["points"]] == [1, 2, 4, 8, 16, 32] and not sweep["errors"]
+    assert [p["prompts"] for p in sweep["points"]] == [8, 8, 16, 32, 64, 128]  # 4 per stream, at least 8, at most 128
+    assert sweep["points"][0]["name"] == "c1-in1024-out128"
+    assert sweep["dirs"] == {"container": "/dgx-spark/bench/20261124T120000Z", "head": "/var/lib/dgx-spark-vllm/dgx-spark/bench/20261124T120000Z",
+                             "controller": "/inv/.artifacts/bench/20261124T120000Z"}
+
+
+def test_a_sweep_that_would_not_fit_or_run_long_is_refused_naming_the_fix():
+    sweep = bench.sweep(TARGET, {"input_lens": [4000], "output_lens": [128]}, "t", None)
+    assert sweep["errors"] == ["input 4000 + output 128 tokens exceed the deployment's max_model_len 4096; lower "
+                               "vllm_bench_input_lens or vllm_bench_output_lens"] and not sweep["points"]
+    wide = bench.sweep(TARGET, {"concurrency": list(range(1, 41))}, "t", None)
+    assert wide["errors"] == ["the sweep has 40 points, more than vllm_bench_max_points 36; list fewer concurrencies or "
+                              "lengths, or raise the bound"]
+    assert bench.sweep(TARGET, {"concurrency": "many"}, "t", None)["errors"] == [
+        "vllm_bench_concurrency must be a list of whole numbers, got 'many'"]
+    assert bench.sweep(TARGET, {"concurrency": [0, 2]}, "t", None)["errors"] == [
+        "vllm_bench_concurrency must list numbers of 1 or more, got [0, 2]"]
+
+
+def test_the_key_is_read_inside_the_container_never_in_the_argv():
+    point = bench.sweep(TARGET, {"concurrency": [4]}, "t", None)["points"][0]
+    argv = bench.argv(point, TARGET, "/dgx-spark/bench/20261124T120000Z")
+    assert argv[:4] == ["sh", "-c", 'OPENAI_API_KEY="$(cat "$0")" exec "$@"', "/dgx-spark/secrets/vllm_api_key"]
+    assert argv[4:7] == ["vllm", "bench", "serve"] and "--ignore-eos" in argv
+    assert argv[argv.index("--max-concurrency") + 1] == "4" and argv[argv.index("--num-prompts") + 1] == "16"
+    assert argv[argv.index("--served-model-name") + 1] == "m" and argv[argv.index("--result-filename") + 1] == "c4-in1024-out128.json"
+
+
+def test_a_row_is_read_from_the_result_file_vllm_bench_serve_wrote():
+    result = json.loads(read_fixture("bench", "sim-tiny-c2-in64-out16.json"))
+    point = {"concurrency": 2, "input_len": 64, "output_len": 16, "prompts": 4, "name": "c2-in64-out16"}
+    made = bench_results.rows([point], [{"content": base64.b64encode(json.dumps(result).encode()).decode()}], [{"rc": 0}], DEPLOYMENT)
+    row = made[0]
+    assert row["completed"] == result["completed"] == 4 and row["errors"] == 0
+    assert row["output_tokens_per_s"] == round(result["output_throughput"], 3) and row["ttft_p99_ms"] == round(result["p99_ttft_ms"], 3)
+    assert row["itl_p50_ms"] == round(result["p50_itl_ms"], 3) and row["config_hash"] == "h"
+    missing = bench_results.rows([point], [{"failed": True, "msg": "file not found"}],
+                         [{"rc": 1, "stderr": "Traceback ...\nConnectionRefusedError: [Errno 111] Connection refused"}], DEPLOYMENT)[0]
+    assert missing["completed"] == 0 and missing["errors"] == 4 and missing["output_tokens_per_s"] is None
+    assert missing["failure"] == "vllm bench serve exited 1: ConnectionRefusedError: [Errno 111] Connection refused"
+    text = bench_results.csv_text(made + [missing])
+    assert text.splitlines()[0] == ",".join(bench_results.COLUMNS) and text.splitlines()[2].startswith("2,64,16,4,0,4,,")
+
+
+def test_the_decode_bound_is_the_nodes_bandwidth_over_the_bytes_read_per_token():
+    m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
+    assert bench.decode_bound(m25["bench"], 2) == 97.1  # 2 x 273 GB/s over 10e9 x 0.5625 bytes
+    assert bench.decode_bound({}, 2) is None
+    for entry in m25["bench"]["published"]:  # the published figures sit under the bound
+        assert entry["output_tokens_per_s"] < bench.decode_bound(m25["bench"], 2)
+
+
+def test_the_plan_says_where_and_what_to_measure(tmp_path):
+    m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
+    plan = deployment.plan_deployment(spark_inputs(m25, tmp_path))
+    target = plan["cluster"]["bench"]
+    assert target["container"] == "dgx-spark-ray-spark1" and target["key_file"] == "/dgx-spark/secrets/vllm_api_key"
+    assert target["base_url"] == plan["cluster"]["endpoint"]["local_health_url"][:-len("/health")]
+    assert target["max_model_len"] == 4096 and target["decode_bound"] == 97.1 and len(target["published"]) == 2
+    assert target["result_dir"] == "/dgx-spark/bench" and target["result_dir_host"].endswith("/dgx-spark/bench")
+
+
+def test_a_figure_worse_than_the_previous_runs_beyond_the_share_is_flagged():
+    old = [{"concurrency": 1, "input_len": 64, "output_len": 16, "output_tokens_per_s": 100.0, "request_throughput": 1.0,
+            "ttft_p50_ms": 50.0, "itl_p50_ms": 10.0}]
+    new = [dict(old[0], output_tokens_per_s=85.0, ttft_p50_ms=52.0)]
+    assert bench_results.regressions(new, old, 0.10) == ["c1 in64 out16: output_tokens_per_s 100.0 -> 85.0 (-15%)"]
+    assert bench_results.regressions(new, old, 0.20) == []
+    meta = {"profile": "p", "image": "i", "image_id": "sha256:ab", "vllm_version": "0.32", "config_hash": "h",
+            "nodes": ["a", "b"], "taken_at": "20261124T120000Z"}
+    text = bench_results.summary(new, {"rows": old, "meta": {"taken_at": "20261123T120000Z"}}, meta, 97.1, [], 0.10)
+    assert "REGRESSION beyond 10%:" in text and "- c1 in64 out16: output_tokens_per_s 100.0 -> 85.0 (-15%)" in text
+    assert "decode bound (one stream): 97.1 tokens/s (2 x 273 GB/s" in text
+    assert "No previous run of this profile" in bench_results.summary(new, None, meta, None, [], 0.10)
+
+
+def test_the_report_compares_with_the_newest_earlier_run_of_the_same_profile(tmp_path):
+    from ansible_collections.dgx_spark.vllm.plugins.action import bench_report
+
+    for stamp, profile in (("20261120T100000Z", "p"), ("20261122T100000Z", "p"), ("20261123T100000Z", "other")):
+        (tmp_path / stamp).mkdir()
+        (tmp_path / stamp / "bench.json").write_text(json.dumps({"meta": {"profile": profile, "taken_at": stamp}, "rows": []}))
+    (tmp_path / "20261124T100000Z").mkdir()  # this run's own folder is never its previous run
+    (tmp_path / "20261124T100000Z" / "bench.json").write_text(json.dumps({"meta": {"profile": "p", "taken_at": "20261124T100000Z"}}))
+    found = bench_report.previous_run(str(tmp_path), str(tmp_path / "20261124T100000Z"), "p")
+    assert found["meta"]["taken_at"] == "20261122T100000Z"
+    assert bench_report.previous_run(str(tmp_path), str(tmp_path / "x"), "none") is None

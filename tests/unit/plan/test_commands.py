@@ -1,0 +1,72 @@
+"""plan_commands: `ray start` (facts 5, 6, 20), vLLM's argv, container specs (facts 8, 16), the fetch helper."""
+
+import pytest
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import commands
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import node_paths, normalize_settings
+
+
+def inputs(**settings):
+    return {"settings": normalize_settings(dict({"image": "img:1"}, **settings)), "backend": "mp",
+            "profile": {"model": {"id": "org/m"}, "ray": {}, "container": {"shm_size": "16g"}}, "overrides": {},
+            "endpoint": {"bind": "192.168.1.10", "advertised": "192.168.1.10"}}
+
+
+def test_ray_start_of_head_and_worker():
+    head = commands.ray_command(inputs(), "10.0.0.1", True, "10.0.0.1")
+    worker = commands.ray_command(inputs(), "10.0.0.2", False, "10.0.0.1")
+    assert head[:6] == ["ray", "start", "--head", "--port", "6379", "--include-dashboard=false"]
+    assert worker[2:4] == ["--address", "10.0.0.1:6379"]
+    for argv, ip in ((head, "10.0.0.1"), (worker, "10.0.0.2")):
+        assert argv[argv.index("--node-ip-address") + 1] == ip
+        assert argv[argv.index("--object-store-memory") + 1] == "1073741824" and argv[-1] == "--block"
+
+
+def test_mp_argv_names_rank_master_and_headless_workers():
+    parallel = {"tensor_parallel_size": 2, "pipeline_parallel_size": 1, "data_parallel_size": 1, "nodes": 2}
+    rank1 = commands.serve_argv(inputs(), parallel, {}, 0.8, None, 1, "10.0.0.1")
+    assert rank1[:3] == ["vllm", "serve", "org/m"] and rank1[-1] == "--headless"
+    assert rank1[rank1.index("--master-addr") + 1] == "10.0.0.1" and rank1[rank1.index("--node-rank") + 1] == "1"
+    assert rank1[rank1.index("--host") + 1] == "192.168.1.10"  # the planned bind address, never every interface by default
+
+
+def test_container_spec_keeps_logs_and_labels_and_takes_the_profile_shm():
+    settings = inputs()["settings"]
+    spec = commands.container_spec(inputs(), "spark1", "ray", {"A": "1"}, node_paths(settings, "spark1", "org/m"), ["ray"])
+    assert spec["name"] == "dgx-spark-ray-spark1" and spec["restart_policy"] == "no" and spec["shm_size"] == "16g"
+    assert spec["volumes"][1] == "/var/lib/dgx-spark-vllm/models:/models:ro"
+    assert spec["labels"]["dgx_spark.vllm.role"] == "ray" and spec["gpus"] == "all"
+
+
+def test_fetch_helper_runs_in_the_image_with_the_token_as_a_file():
+    settings = inputs(hf_endpoint="http://mirror:8090", model_verify_checksums=True)["settings"]
+    argv = commands.model_fetch_argv(inputs(hf_endpoint="http://mirror:8090", model_verify_checksums=True), "spark1",
+                                          node_paths(settings, "spark1", "org/m"), "org/m", None)
+    assert argv[:5] == ["docker", "run", "--rm", "--name", "dgx-spark-model-fetch"]
+    assert "HF_ENDPOINT=http://mirror:8090" in argv and argv[-1] == "--checksums"
+    assert argv[argv.index("--revision") + 1] == "main" and argv[argv.index("--token-file") + 1] == "/dgx-spark/secrets/hf_token"
+    assert argv[argv.index("--reserve-bytes") + 1] == str(2 * 1024 ** 3)
+
+
+def test_no_gpus_on_the_simulated_cluster():
+    assert commands.gpus(normalize_settings({"gpus": "none"})) is None
+    assert commands.gpus(normalize_settings({})) == "all"
+
+
+@pytest.mark.parametrize("key,extra,rc,says", [
+    (None, [], 78, "no API key in"),
+    ("", [], 78, "no API key in"),
+    ("k-123", [], 0, "key=k-123 args=m"),
+    (None, ["--headless"], 0, "key= args=m --headless"),  # a headless rank serves no endpoint and needs no key
+])
+def test_the_launcher_fails_closed_without_a_key(tmp_path, key, extra, rc, says):
+    import subprocess
+
+    key_file = tmp_path / "vllm_api_key"
+    if key is not None:
+        key_file.write_text(key)
+    script = commands.LAUNCHER_SCRIPT.replace(commands.API_KEY_FILE, str(key_file))
+    script = script.replace('exec vllm serve "$@"', 'echo "key=$VLLM_API_KEY args=$*"')  # vLLM itself is not here
+    (tmp_path / "launcher").write_text(script)
+    proc = subprocess.run(["sh", str(tmp_path / "launcher"), "m"] + extra, capture_output=True, text=True, check=False)
+    assert proc.returncode == rc and says in proc.stdout + proc.stderr

@@ -1,0 +1,78 @@
+"""plan_inventory: groups, order, fabric IPs, backend, ports, parallel sizes, utilization; no probe facts needed."""
+
+import pytest
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import inventory
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import Findings, normalize_settings
+
+
+def inputs(**change):
+    base = {"head_hosts": ["s1"], "order": ["s1", "s2"], "backend": "ray", "settings": normalize_settings({}),
+            "nodes": {"s1": {"fabric_ip": "192.168.100.10"}, "s2": {"fabric_ip": "192.168.100.11"}},
+            "profile": {"name": "p", "parallel": {"tensor": 2, "nodes": 2}}}
+    base.update(change)
+    return base
+
+
+def messages(data):
+    findings = Findings()
+    inventory.check_inventory(data, findings)
+    return [e["message"] for e in findings.errors]
+
+
+def test_head_first_then_workers_in_inventory_order():
+    assert inventory.node_order({"spark_head": ["h"], "spark_workers": ["w2", "h", "w1"]}) == (["h"], ["h", "w2", "w1"])
+
+
+def test_a_good_inventory_passes():
+    assert messages(inputs()) == []
+
+
+@pytest.mark.parametrize("change,expected", [
+    ({"head_hosts": ["s1", "s2"]}, "exactly one host in spark_head, found 2 (s1, s2)"),
+    ({"nodes": {"s1": {"fabric_ip": "192.168.100.10"}, "s2": {"fabric_ip": "192.168.100.10"}}}, "s1 and s2 have the same spark_fabric_ip"),
+    ({"nodes": {"s1": {"fabric_ip": "192.168.100.10"}, "s2": {"fabric_ip": "fe80::1"}}}, "s2: spark_fabric_ip fe80::1 must be IPv4"),
+    ({"nodes": {"s1": {"fabric_ip": "192.168.100.10"}, "s2": {}}}, "s2 has no spark_fabric_ip"),
+    ({"backend": "slurm"}, "vllm_backend must be ray or mp, got 'slurm'"),
+    ({"extra_env": {"RAY_ADDRESS": "ray://10.0.0.1:10001"}}, "is a Ray Client address"),
+    ({"settings": normalize_settings({"port": 70000})}, "vllm_port 70000 is not a TCP port"),
+    ({"settings": normalize_settings({"nccl_transport": "ib"})}, "vllm_nccl_transport must be auto, roce or socket, got 'ib'"),
+    ({"groups": {"spark_cluster": ["s1"], "spark_head": ["s1"], "spark_workers": ["s2"]}}, "s2 in spark_head or spark_workers but not in spark_cluster"),
+])
+def test_bad_inventory_is_refused_naming_the_value(change, expected):
+    assert any(expected in m for m in messages(inputs(**change))), messages(inputs(**change))
+
+
+def test_parallel_sizes_must_fill_the_gpus():
+    findings = Findings()
+    sizes = inventory.parallel_sizes(inputs(order=["s1", "s2", "s3"]), findings)
+    assert sizes["world_size"] == 2 and sizes["gpus"] == 3
+    assert "TP x PP x DP = 2 x 1 x 1 = 2, but the inventory has 3 node(s)" in findings.errors[0]["message"]
+
+
+def test_utilization_override_and_range():
+    findings = Findings()
+    assert inventory.utilization(inputs(overrides={"gpu_memory_utilization": "0.5"}), findings) == 0.5
+    assert inventory.utilization(inputs(overrides={"gpu_memory_utilization": 1.5}), findings) == 1.5
+    assert findings.errors[0]["message"].startswith("gpu_memory_utilization must be in (0, 1], got 1.5")
+
+
+@pytest.mark.parametrize("change,expected", [
+    ({"extra_flags": {"--api-key": "sk-do-not-show"}},
+     "vllm_extra_flags carries --api-key, a secret: it would be on vLLM's command line and in plan.json. Give it with vllm_api_key"),
+    ({"extra_env": {"HF_TOKEN": "hf_do_not_show"}},
+     "vllm_extra_env carries HF_TOKEN, a secret: it would be in every container's environment and in plan.json. Give it with "
+     "vllm_hf_token"),
+    ({"extra_env": {"WANDB_API_KEY": "x"}}, "vllm_extra_env carries WANDB_API_KEY, a secret"),
+    ({"extra_env": {"DB_PASSWORD": "x"}}, "vllm_extra_env carries DB_PASSWORD, a secret"),
+    ({"extra_flags": {"--hf-token": "x"}}, "vllm_extra_flags carries --hf-token, a secret"),
+])
+def test_secrets_in_extra_flags_or_env_are_refused_by_name_never_by_value(change, expected):
+    found = messages(inputs(**change))
+    assert len(found) == 1 and found[0].startswith(expected) and found[0].endswith("nothing was changed")
+    assert "do-not-show" not in str(found) and "do_not_show" not in str(found)
+
+
+def test_names_that_only_look_like_secrets_pass():
+    assert messages(inputs(extra_env={"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "INFO"},
+                           extra_flags={"--max-num-batched-tokens": 8192})) == []

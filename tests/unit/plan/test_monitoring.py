@@ -1,0 +1,167 @@
+"""monitoring: Prometheus's plan (targets, rules, container), the settings it refuses, and each node's figures as the
+supervisor serves them (captured GB10 meminfo and nvidia-smi output)."""
+
+import http.client
+
+import pytest
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import metrics
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import changes, deployment, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory
+
+from helpers import read_fixture, spark_inputs
+from test_planner import PROFILES
+
+GIB = 1024 ** 3
+
+
+def plan_with(tmp_path, **given):
+    profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
+    return deployment.plan_deployment(spark_inputs(profile, tmp_path, settings={"monitoring": dict({"enabled": True}, **given)}))
+
+
+def test_prometheus_scrapes_vllm_on_the_head_and_each_nodes_figures_on_the_fabric(tmp_path):
+    plan = plan_with(tmp_path)
+    assert plan["ok"], plan["errors"]
+    watched = plan["cluster"]["monitoring"]
+    jobs = {job["job_name"]: job for job in watched["files"]["prometheus.yml"]["scrape_configs"]}
+    assert jobs["vllm"]["static_configs"] == [{"targets": [plan["cluster"]["endpoint"]["local_address"]]}]
+    assert [(c["targets"], c["labels"]["node"]) for c in jobs["spark-nodes"]["static_configs"]] == [
+        (["192.168.100.10:9101"], "spark1"), (["192.168.100.11:9101"], "spark2")]
+    assert watched["jobs"] == {"vllm": 1, "spark-nodes": 2}
+    # Prometheus listens on the head's loopback only unless the inventory says otherwise
+    assert "--web.listen-address=127.0.0.1:9090" in watched["container"]["command"]
+    assert watched["container"]["labels"]["dgx_spark.vllm.managed"] == "true"
+    assert watched["container"]["labels"]["dgx_spark.vllm.node"] == "spark1"
+    for name, node in plan["nodes"].items():
+        # each node's supervisor serves its figures on its fabric address, and only the cluster's nodes reach the port
+        assert node["boot"]["config"]["metrics"] == {"address": node["fabric_ip"], "port": 9101,
+                                                     "labels": {"cluster": "dgx-spark", "node": name}}
+        assert "9101" in node["firewall"]["ports"]
+        assert "9101" in node["firewall"]["files"][0]["content"]
+
+
+def test_the_rules_name_the_plans_floor_and_limit_and_fire_after_alert_for(tmp_path):
+    plan = plan_with(tmp_path, alert_for="2m", kv_cache_full=0.9)
+    rules = {r["alert"]: r for r in plan["cluster"]["monitoring"]["files"]["rules.yml"]["groups"][0]["rules"]}
+    assert set(rules) == {"VllmEndpointDown", "SparkNodeMetricsDown", "VllmKvCacheFull", "SparkMemAvailableLow", "SparkPinnedMemory"}
+    assert {r["for"] for r in rules.values()} == {"2m"}
+    assert rules["VllmEndpointDown"]["expr"] == 'up{job="vllm"} == 0'
+    assert rules["VllmKvCacheFull"]["expr"] == "vllm:kv_cache_usage_perc >= 0.9"
+    floor = plan["cluster"]["memory"]["headroom_floor_bytes"]
+    assert floor > 0 and rules["SparkMemAvailableLow"]["expr"] == "dgx_spark_memory_available_bytes < %d" % floor
+    assert rules["SparkPinnedMemory"]["expr"] == "dgx_spark_memory_unaccounted_bytes >= %d" % (8 * GIB)
+
+
+def test_a_changed_setting_moves_the_containers_hash(tmp_path):
+    first = plan_with(tmp_path)["cluster"]["monitoring"]["container"]["labels"]["dgx_spark.vllm.config_hash"]
+    again = plan_with(tmp_path)["cluster"]["monitoring"]["container"]["labels"]["dgx_spark.vllm.config_hash"]
+    other = plan_with(tmp_path, scrape_interval="5s")["cluster"]["monitoring"]["container"]["labels"]["dgx_spark.vllm.config_hash"]
+    assert first == again != other
+
+
+def test_monitoring_off_plans_nothing_and_opens_no_port(tmp_path):
+    profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
+    plan = deployment.plan_deployment(spark_inputs(profile, tmp_path))
+    assert plan["ok"] and not plan["cluster"]["monitoring"]["enabled"] and plan["cluster"]["monitoring"]["change"] == "none"
+    for node in plan["nodes"].values():
+        assert node["boot"]["config"]["metrics"] is None
+        assert "9101" not in node["firewall"]["ports"]
+
+
+@pytest.mark.parametrize("given,named", [
+    ({"scrape_interval": "15"}, "vllm_monitoring_scrape_interval must be a Prometheus duration"),
+    ({"listen": "9090"}, "vllm_monitoring_listen must be ADDRESS:PORT"),
+    ({"node_port": 70000}, "vllm_monitoring_node_port must be between 1 and 65535, got 70000"),
+    ({"kv_cache_full": 95}, "vllm_monitoring_kv_cache_full is a fraction"),
+])
+def test_bad_settings_are_refused_by_name(tmp_path, given, named):
+    plan = plan_with(tmp_path, **given)
+    assert not plan["ok"]
+    assert any(named in e["message"] for e in plan["errors"]), plan["errors"]
+
+
+def parse(text):
+    """{(name, labels): value} of Prometheus's text format (what the scrape reads)."""
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        key, value = line.rsplit(" ", 1)
+        samples[key] = float(value)
+    return samples
+
+
+def test_a_nodes_figures_show_pinned_memory_and_the_ranks_memory():
+    apps = unified_memory.parse_compute_apps(read_fixture("nvidia_smi", "gb10-compute-apps-serving.csv"))
+    serving = unified_memory.summarize(unified_memory.parse_meminfo(read_fixture("meminfo", "gb10-serving.txt")), compute_apps=apps)
+    leaked = unified_memory.summarize(unified_memory.parse_meminfo(read_fixture("meminfo", "gb10-leaked.txt")))
+    labels = {"cluster": "lab", "node": "spark2"}
+    now = parse(metrics.node_metrics(serving, "serving", labels))
+    where = '{cluster="lab",node="spark2"}'
+    assert now["dgx_spark_memory_available_bytes" + where] == serving["mem_available_bytes"]
+    assert now["dgx_spark_memory_gpu_process_bytes" + where] == serving["gpu_process_bytes"] > 0
+    assert now["dgx_spark_vllm_ranks" + where] == len(apps) >= 1
+    assert now['dgx_spark_supervisor_state{cluster="lab",node="spark2",state="serving"}'] == 1
+    pinned = parse(metrics.node_metrics(leaked, None, labels))
+    assert pinned["dgx_spark_memory_unaccounted_bytes" + where] == leaked["unaccounted_bytes"] > 8 * GIB
+    assert pinned['dgx_spark_supervisor_state{cluster="lab",node="spark2",state="unknown"}'] == 1
+
+
+class FakeOps:
+    def memory(self):
+        return unified_memory.summarize(unified_memory.parse_meminfo(read_fixture("meminfo", "gb10-idle.txt")))
+
+
+def get(port, path):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", path)
+        answer = connection.getresponse()
+        return answer.status, answer.read().decode()
+    finally:
+        connection.close()
+
+
+def test_the_supervisor_serves_metrics_where_the_plan_says_and_stops_when_it_no_longer_does():
+    config = {"metrics": {"address": "127.0.0.1", "port": 0, "labels": {"cluster": "lab", "node": "spark1"}}}
+    shared = {"state": "waiting"}
+    server = metrics.serve_metrics(config, FakeOps(), shared)
+    try:
+        port = server.server_address[1]
+        status, text = get(port, "/metrics")
+        assert status == 200 and 'dgx_spark_supervisor_state{cluster="lab",node="spark1",state="waiting"} 1' in text
+        assert get(port, "/")[0] == 404
+        config["metrics"]["port"] = port  # the same place: the same server
+        assert metrics.serve_metrics(config, FakeOps(), shared, server) is server
+        taken = metrics.serve_metrics(dict(config), FakeOps(), shared)  # a second server cannot take the port: said, not raised
+        assert taken is None and "cannot serve /metrics on 127.0.0.1:%d" % port in shared["metrics_error"]
+    finally:
+        assert metrics.serve_metrics({"metrics": None}, FakeOps(), shared, server) is None
+    with pytest.raises(OSError):
+        get(port, "/metrics")
+
+
+def test_with_the_supervisor_off_prometheus_scrapes_vllm_only_and_says_so(tmp_path):
+    profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
+    plan = deployment.plan_deployment(spark_inputs(profile, tmp_path, settings={"monitoring": {"enabled": True}, "boot_start": False}))
+    assert plan["ok"], plan["errors"]
+    assert plan["cluster"]["monitoring"]["jobs"] == {"vllm": 1, "spark-nodes": 0}
+    assert any("Prometheus scrapes vLLM only" in w for w in plan["warnings"])
+    for node in plan["nodes"].values():
+        assert node["boot"]["config"]["metrics"] is None and "9101" not in node["firewall"]["ports"]
+
+
+def test_the_plan_says_whether_the_head_needs_prometheus_applied_or_removed(tmp_path):
+    plan = plan_with(tmp_path)
+    planned = plan["cluster"]["monitoring"]
+    assert planned["change"] == "apply"  # nothing runs on the head yet
+    running = {"name": "dgx-spark-prometheus", "state": "running", "labels": dict(planned["container"]["labels"])}
+    assert changes.monitoring_change(planned, {"containers": [running]}) == "none"
+    assert changes.monitoring_change(planned, {"containers": [dict(running, state="exited")]}) == "apply"
+    moved = dict(running, labels=dict(running["labels"], **{"dgx_spark.vllm.config_hash": "other"}))
+    assert changes.monitoring_change(planned, {"containers": [moved]}) == "apply"
+    off = {"enabled": False, "container": {"name": "dgx-spark-prometheus"}}
+    assert changes.monitoring_change(off, {"containers": [running]}) == "remove"
+    foreign = {"name": "dgx-spark-prometheus", "state": "running", "labels": {}}
+    assert changes.monitoring_change(off, {"containers": [foreign]}) == "none"  # not ours: never touched

@@ -1,0 +1,223 @@
+"""fleet: several deployments on one cluster, each planned on its own, then checked across (ports, memory, names)."""
+
+import copy
+import os
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import gateway, planner, profiles
+
+from helpers import ROOT, spark_inputs
+
+GIB = 1024 ** 3
+
+
+def tiny(served="sim-tiny"):
+    profile = profiles.load(profiles.find("sim_tiny", [os.path.join(ROOT, "profiles")]))
+    profile["model"]["served_name"] = served
+    return profile
+
+
+def cluster(tmp_path, **settings):
+    inputs = spark_inputs(tiny(), tmp_path, settings=dict({"simulated": True, "offline": True}, **settings))
+    inputs["groups"] = {"spark_cluster": ["spark1", "spark2"], "spark_head": ["spark1"], "spark_workers": ["spark2"]}
+    return inputs
+
+
+TWO = [{"name": "chat", "profile": "sim_tiny", "nodes": "spark_cluster"},
+       {"name": "coder", "profile": "sim_tiny", "nodes": ["spark1", "spark2"]}]
+
+
+def fleet_plan(tmp_path, deployments=None, served=("sim-tiny", "sim-tiny-coder"), **settings):
+    deployments = copy.deepcopy(deployments or TWO)
+    known = {d.get("name"): tiny(s) for d, s in zip(deployments, served)}
+    return planner.make_plan(cluster(tmp_path, **settings), listed=deployments, profiles_of=known)
+
+
+def messages(plan):
+    return [e["message"] for e in plan["errors"]]
+
+
+def test_two_deployments_on_the_same_two_nodes_each_get_their_own_names_ports_and_ray(tmp_path):
+    plan = fleet_plan(tmp_path)
+    assert plan["ok"], messages(plan)
+    chat, coder = plan["deployments"]["chat"], plan["deployments"]["coder"]
+    assert chat["nodes"]["spark1"]["containers"][0]["name"] == "dgx-spark-chat-ray-spark1"
+    assert coder["nodes"]["spark2"]["containers"][0]["name"] == "dgx-spark-coder-ray-spark2"
+    assert chat["nodes"]["spark1"]["state_dir"] != coder["nodes"]["spark1"]["state_dir"]
+    # the gateway keeps the cluster's port; the deployments take the next ones
+    assert (chat["cluster"]["endpoint"]["port"], coder["cluster"]["endpoint"]["port"]) == (8001, 8002)
+    assert plan["gateway"]["port"] == 8000 and plan["gateway"]["host"] == "spark1"
+    head = {name: plan["deployments"][name]["nodes"]["spark1"]["containers"][0]["command"] for name in ("chat", "coder")}
+    assert head["chat"][head["chat"].index("--port") + 1] == "6379"
+    assert head["coder"][head["coder"].index("--port") + 1] == "7379"
+    assert head["coder"][head["coder"].index("--node-manager-port") + 1] == "7800"
+    assert head["coder"][head["coder"].index("--max-worker-port") + 1] == "11101"
+    assert coder["nodes"]["spark2"]["firewall"]["table"] == "dgx_spark_vllm_dgx_spark_coder"
+    assert "11001-11101" in coder["nodes"]["spark2"]["firewall"]["ports"]
+    routes = {r["model"]: r for r in plan["gateway"]["routes"]}
+    assert sorted(routes) == ["sim-tiny", "sim-tiny-coder"]
+    assert routes["sim-tiny-coder"]["api_base"] == "http://192.168.1.101:8002/v1"  # vLLM's bind address on the same head
+    assert routes["sim-tiny-coder"]["api_key_file"].endswith("/.secrets/vllm_api_key-coder")  # its own key, on the controller
+    # memory is summed on both shared nodes: each asks its pool and processes of the same MemAvailable
+    shared = plan["shared_nodes"]["spark2"]
+    assert shared["deployments"] == ["chat", "coder"] and set(shared["starting"]) == {"chat", "coder"}
+    assert shared["left_bytes"] == shared["mem_available_bytes"] - sum(shared["starting"].values())
+
+
+def test_deployments_that_together_overcommit_a_shared_node_are_refused_with_the_utilization_that_fits(tmp_path):
+    deployments = copy.deepcopy(TWO)
+    for d in deployments:
+        d["overrides"] = {"gpu_memory_utilization": 0.6}  # each fits alone (71.8 of 117.3 GiB), not both
+    plan = fleet_plan(tmp_path, deployments)
+    assert not plan["ok"]
+    found = [m for m in messages(plan) if "together ask for" in m]
+    assert len(found) == 2 and found[0].startswith("spark1: deployments chat (")
+    assert "set overrides: {gpu_memory_utilization: 0.35} in deployment coder's entry, or place it on other nodes" in found[0], found[0]
+    deployments[1]["overrides"]["gpu_memory_utilization"] = 0.35  # the fix the message names is enough
+    plan = fleet_plan(tmp_path, deployments)
+    assert plan["ok"], messages(plan)
+    assert plan["shared_nodes"]["spark1"]["left_bytes"] >= GIB
+    deployments[0]["overrides"]["gpu_memory_utilization"] = 0.93  # alone it fits; beside it nothing does
+    found = [m for m in messages(fleet_plan(tmp_path, deployments)) if "together ask for" in m]
+    assert found and found[0].endswith("the others leave deployment coder no room there: place it on other nodes, or lower "
+                                       "the others' gpu_memory_utilization"), found
+
+
+def test_colliding_ports_and_served_names_are_refused_naming_both(tmp_path):
+    deployments = copy.deepcopy(TWO)
+    deployments[1]["port"] = 8001
+    plan = fleet_plan(tmp_path, deployments)
+    assert ("spark1: deployment chat's API port 8001 and deployment coder's API port 8001 collide; set deployment coder's "
+            "port in vllm_deployments to move it") in messages(plan), messages(plan)
+    deployments[1].update(port=None, ray_ports_offset=0, ray_port=6379)
+    plan = fleet_plan(tmp_path, deployments)
+    assert ("spark2: deployment chat's Ray ports 6800-6805 and deployment coder's Ray ports 6800-6805 collide; set deployment "
+            "coder's ray_ports_offset in vllm_deployments to move it") in messages(plan), messages(plan)
+    assert any("deployment chat's Ray GCS port 6379 and deployment coder's Ray GCS port 6379" in m for m in messages(plan))
+    plan = fleet_plan(tmp_path, served=("sim-tiny", "sim-tiny"))
+    assert messages(plan) == ["deployments chat and coder all serve the model name sim-tiny; the gateway routes by name, so "
+                              "give each its own served_name (in vllm_deployments, or its profile's model.served_name)"]
+    deployments[1]["served_name"] = "coder"  # the deployment's own name for the gateway wins over its profile's
+    plan = fleet_plan(tmp_path, deployments, served=("sim-tiny", "sim-tiny"))
+    assert "deployments chat and coder all serve" not in " ".join(messages(plan))
+    assert plan["deployments"]["coder"]["cluster"]["endpoint"]["served_model_name"] == "coder"
+    deployments[1].update(ray_port=None, ray_ports_offset=None, port=8000)
+    plan = fleet_plan(tmp_path, deployments)
+    assert any(m.startswith("spark1: the gateway's port (vllm_port) 8000 and deployment coder's API port 8000 collide")
+               for m in messages(plan))
+
+
+def test_bad_deployment_entries_are_refused_before_any_plan(tmp_path):
+    bad = [{"name": "Chat_1", "profile": "sim_tiny", "nodes": "spark_cluster"},
+           {"name": "b", "nodes": ["spark1", "spark9"], "profle": "sim_tiny"},
+           {"name": "c", "profile": "sim_tiny", "nodes": "no_such_group"},
+           {"name": "c", "profile": "sim_tiny", "nodes": ["spark1", "spark1"]},
+           {"name": "d", "profile": "sim_tiny", "nodes": "spark_cluster", "overrides": ["gpu_memory_utilization", 0.5]}]
+    plan = fleet_plan(tmp_path, bad, served=("a", "b", "c", "d", "e"))
+    found = messages(plan)
+    assert plan["deployments"] == {} and not plan["ok"]
+    assert "deployment Chat_1: name 'Chat_1' must be 1-16 characters of a-z, 0-9 and '-'" in found[0]
+    assert "deployment b: unknown key(s) profle; a deployment takes name, profile, profile_file, nodes" in found[1]
+    assert "deployment b has no profile: set its profile (a name) or profile_file" in found
+    assert "deployment b: spark9 not in spark_cluster; a deployment runs on the cluster's nodes only" in found
+    assert any(m.startswith("deployment c: nodes 'no_such_group' is not a group of the inventory") for m in found)
+    assert "deployments 2 and 3 are both named c; give each its own name" in found
+    assert "deployment c lists spark1 more than once; each node holds one rank" in found
+    assert "deployment d: overrides must be a mapping, got ['gpu_memory_utilization', 0.5]" in found
+
+
+def test_a_deployment_error_names_its_deployment(tmp_path):
+    deployments = copy.deepcopy(TWO)
+    deployments[1]["overrides"] = {"max_model_len": 100000}
+    plan = fleet_plan(tmp_path, deployments)
+    assert [m for m in messages(plan) if m.startswith("deployment coder: max_model_len 100000 exceeds the model's 4096 tokens")]
+    assert not [m for m in messages(plan) if m.startswith("deployment chat:")]
+
+
+def test_monitoring_is_refused_with_several_deployments_rather_than_run_twice(tmp_path):
+    plan = fleet_plan(tmp_path, monitoring={"enabled": True})
+    assert messages(plan) == ["vllm_monitoring does not watch several deployments yet (each would start its own Prometheus "
+                              "on the same ports); set vllm_monitoring: false with vllm_deployments"]
+    # a plan's refusal, not the list's: teardown and status still name every deployment
+    paths = planner.paths(cluster(tmp_path, monitoring={"enabled": True}), copy.deepcopy(TWO))
+    assert paths["ok"] and paths["deployment_order"] == ["chat", "coder"]
+
+
+def test_a_new_key_for_one_deployment_restarts_only_that_deployment_and_the_gateway(tmp_path):
+    def planned(coder_key):
+        inputs = cluster(tmp_path)
+        inputs["api_key_digest"] = "client"
+        return planner.make_plan(inputs, listed=copy.deepcopy(TWO), profiles_of={"chat": tiny(), "coder": tiny("sim-tiny-coder")},
+                                 key_digests={"chat": "chat-1", "coder": coder_key})
+
+    def hashes(plan):
+        return ({name: p["cluster"]["serve_config_hash"] for name, p in plan["deployments"].items()},
+                plan["gateway"]["container"]["labels"]["dgx_spark.vllm.config_hash"])
+
+    before, after = hashes(planned("coder-1")), hashes(planned("coder-2"))
+    assert before[0]["chat"] == after[0]["chat"] and before[0]["coder"] != after[0]["coder"]
+    assert before[1] != after[1]  # the gateway holds the coder's key: it is recreated with it
+    assert hashes(planned("coder-1")) == before  # and nothing changes when nothing did
+
+
+def test_the_gateway_serves_every_route_on_the_clusters_port_and_holds_the_keys_only_in_its_file(tmp_path):
+    plan = fleet_plan(tmp_path)
+    planned = plan["gateway"]
+    assert planned["enabled"] and planned["url"] == "http://192.168.1.101:8000"
+    spec = planned["container"]
+    assert spec["name"] == "dgx-spark-gateway" and spec["network_mode"] == "host"
+    assert spec["command"][spec["command"].index("--host") + 1:spec["command"].index("--port") + 2] == ["192.168.1.101", "--port", "8000"]
+    assert spec["env"]["LITELLM_OFFLINE_MODE"] == "true"  # it fetches its cost map from the internet otherwise
+    assert spec["volumes"] == ["/var/lib/dgx-spark-vllm/dgx-spark/gateway/config.yaml:/etc/litellm/config.yaml:ro"]
+    keys = {"chat": "chat-key-4711", "coder": "coder-key-4712"}
+    text = gateway.config_text(planned["routes"], keys, "client-key-4713", planned["health_check_interval"])
+    config = gateway.config(planned["routes"], keys, "client-key-4713", 30)
+    assert [(m["model_name"], m["litellm_params"]["model"], m["litellm_params"]["api_base"], m["litellm_params"]["api_key"])
+            for m in config["model_list"]] == [
+        ("sim-tiny", "hosted_vllm/sim-tiny", "http://192.168.1.101:8001/v1", "chat-key-4711"),
+        ("sim-tiny-coder", "hosted_vllm/sim-tiny-coder", "http://192.168.1.101:8002/v1", "coder-key-4712")]
+    assert config["general_settings"]["master_key"] == "client-key-4713" and "chat-key-4711" in text
+    for secret in ("chat-key-4711", "coder-key-4712", "client-key-4713"):  # the plan names the key files, never a key
+        assert secret not in str(plan)
+
+
+def test_the_gateway_appears_with_two_deployments_or_when_asked():
+    assert (gateway.enabled(None, 1), gateway.enabled(None, 2), gateway.enabled(True, 1), gateway.enabled("false", 3)) == \
+        (False, True, True, False)
+
+
+def test_the_printed_plan_shows_each_deployment_the_routes_and_what_each_shared_node_keeps(tmp_path):
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
+    lines = render.render(fleet_plan(tmp_path))
+    assert "== deployment chat ==" in lines and "== deployment coder ==" in lines
+    assert "  sim-tiny-coder -> deployment coder at http://192.168.1.101:8002/v1" in lines
+    assert ("Shared node spark2: chat 36.9 GiB + coder 36.9 GiB start with 73.8 GiB of 117.3 GiB available, leaving 43.5 GiB "
+            "(floor 1.0 GiB)") in lines
+    assert lines[-1] == "Verdict: ready to apply"
+    assert not [line for line in lines if line.startswith("Verdict") and line != lines[-1]]  # one verdict, the whole's
+
+
+def test_teardown_and_status_name_each_deployment_and_the_gateway_without_profiles(tmp_path):
+    inputs = cluster(tmp_path)
+    paths = planner.paths(inputs, copy.deepcopy(TWO))
+    assert paths["ok"] and paths["deployment_order"] == ["chat", "coder"]
+    coder = paths["deployments"]["coder"]
+    assert coder["cluster"]["name"] == "dgx-spark-coder" and coder["nodes"]["spark2"]["containers"]["ray"] == "dgx-spark-coder-ray-spark2"
+    assert coder["cluster"]["endpoint"]["url"].endswith(":8002")
+    assert paths["gateway"]["container"] == "dgx-spark-gateway" and paths["gateway"]["host"] == "spark1"
+    assert paths["gateway"]["url"].endswith(":8000")
+    # the same names the full plan gives
+    full = fleet_plan(tmp_path)
+    assert full["deployments"]["coder"]["nodes"]["spark2"]["containers"][0]["name"] == "dgx-spark-coder-ray-spark2"
+    assert full["gateway"]["container"]["name"] == paths["gateway"]["container"]
+    assert full["gateway"]["folder"] == paths["gateway"]["folder"]
+    bad = planner.paths(inputs, [{"name": "Bad_Name", "profile": "sim_tiny", "nodes": "spark_cluster"}])
+    assert not bad["ok"] and "Bad_Name" in bad["errors"][0]["message"]
+
+
+def test_a_gateway_asked_for_without_deployments_is_refused_and_one_deployment_may_have_it(tmp_path):
+    inputs = cluster(tmp_path, gateway={"enabled": True})
+    inputs["profile"] = tiny()
+    plan = planner.make_plan(inputs)
+    assert "vllm_gateway: true puts the gateway in front of vllm_deployments, and this inventory has none" in messages(plan)[0]
+    one = fleet_plan(tmp_path, deployments=TWO[:1], gateway={"enabled": True})
+    assert one["ok"] and one["gateway"]["enabled"] and [r["model"] for r in one["gateway"]["routes"]] == ["sim-tiny"]

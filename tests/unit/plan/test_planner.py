@@ -1,0 +1,597 @@
+"""planner: one pure plan from inventory, probe facts (captured) and a profile."""
+
+import copy
+import hashlib
+import json
+import os
+import sys
+
+import pytest
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import (
+    deployment, memory as plan_memory, planner, profiles)
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
+
+from helpers import GOLDEN, ROOT, read_fixture, spark_inputs
+
+PROFILES = os.path.join(ROOT, "profiles")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+
+def profile(name):
+    return profiles.load(profiles.find(name, [PROFILES]))
+
+
+def errors(plan):
+    return [e["message"] for e in plan["errors"]]
+
+
+PINNED = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(name="m25")
+def fixture_m25():
+    """The M2.5 profile pinned to a commit, as --trust-remote-code requires (the sample inventory says how)."""
+    pinned = profile("minimax_m25_nvfp4_ep")
+    pinned["model"]["revision"] = PINNED
+    return pinned
+
+
+def test_ray_plan_for_two_sparks(tmp_path, m25):
+    plan = deployment.plan_deployment(spark_inputs(m25, tmp_path))
+    assert plan["ok"], plan["errors"]
+    head, worker = plan["nodes"]["spark1"], plan["nodes"]["spark2"]
+    assert (head["rank"], worker["rank"]) == (0, 1)
+    # fact 6: each node's own fabric IP, in the environment of its ray start and as --node-ip-address
+    assert head["env_node"]["VLLM_HOST_IP"] == "192.168.100.10"
+    assert worker["env_node"]["VLLM_HOST_IP"] == "192.168.100.11"
+    head_cmd, worker_cmd = head["containers"][0]["command"], worker["containers"][0]["command"]
+    assert head_cmd[:4] == ["ray", "start", "--head", "--port"]
+    assert "--include-dashboard=false" in head_cmd
+    assert head_cmd[head_cmd.index("--node-ip-address") + 1] == "192.168.100.10"
+    assert worker_cmd[worker_cmd.index("--address") + 1] == "192.168.100.10:6379"
+    assert worker_cmd[worker_cmd.index("--node-ip-address") + 1] == "192.168.100.11"
+    for cmd in (head_cmd, worker_cmd):  # fact 5
+        assert cmd[cmd.index("--object-store-memory") + 1] == "1073741824"
+        assert cmd[cmd.index("--num-gpus") + 1] == "1"
+    # fact 8: the GID index is per node, never one value for the cluster
+    assert head["env_node"]["NCCL_IB_GID_INDEX"] == "3"
+    assert worker["env_node"]["NCCL_IB_GID_INDEX"] == "5"
+    assert head["env_node"]["NCCL_NET_GDR_LEVEL"] == "LOC"
+    # fact 7: kernel-selecting variables are identical on every rank
+    assert head["env_common"] == worker["env_common"]
+    assert head["env_common"]["VLLM_NVFP4_GEMM_BACKEND"] == "marlin"
+    assert head["env_common"]["RAY_memory_monitor_refresh_ms"] == "0"
+    per_node = {"VLLM_HOST_IP", "NCCL_IB_GID_INDEX", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "VLLM_API_KEY"}
+    assert set(plan["cluster"]["non_carry_over_env_vars"]) >= per_node
+    # fact 1: vllm serve runs inside the head's Ray container, never as a ray:// client
+    serve = head["serve"]
+    assert serve["container"] == head["containers"][0]["name"] == "dgx-spark-ray-spark1"
+    assert serve["argv"][-2:] == ["--distributed-executor-backend", "ray"]
+    assert "ray://" not in json.dumps(plan)
+    # fact 8: identical container flags on every node
+    for key in ("network_mode", "ipc_mode", "devices", "capabilities", "ulimits", "gpus"):
+        assert head["containers"][0][key] == worker["containers"][0][key]
+    assert head["containers"][0]["devices"] == ["/dev/infiniband:/dev/infiniband"]
+    assert "memlock:-1:-1" in head["containers"][0]["ulimits"]
+    # fact 16: no --rm; containers carry the collection's labels and a config hash
+    labels = head["containers"][0]["labels"]
+    assert labels["dgx_spark.vllm.managed"] == "true" and labels["dgx_spark.vllm.config_hash"] == head["config_hash"]
+    assert plan["cluster"]["expected_ray_nodes"] == 2 and plan["cluster"]["expected_ray_gpus"] == 2
+    assert plan["cluster"]["endpoint"]["url"] == "http://192.168.1.101:8000"
+    assert plan["parallel"]["expert_parallel"] is True and "--enable-expert-parallel" in serve["argv"]
+
+
+def test_mp_plan_ranks(tmp_path, m25):
+    plan = deployment.plan_deployment(spark_inputs(m25, tmp_path, backend="mp"))
+    assert plan["ok"], plan["errors"]
+    head, worker = plan["nodes"]["spark1"]["serve"]["argv"], plan["nodes"]["spark2"]["serve"]["argv"]
+    for argv, rank in ((head, "0"), (worker, "1")):
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert argv[argv.index("--node-rank") + 1] == rank
+        assert argv[argv.index("--master-addr") + 1] == "192.168.100.10"
+        assert argv[argv.index("--master-port") + 1] == "29501"
+    assert "--headless" not in head and worker[-1] == "--headless"
+    assert plan["nodes"]["spark2"]["containers"][0]["command"][0] == "/dgx-spark/bin/vllm-serve"
+    assert "RAY_memory_monitor_refresh_ms" not in plan["cluster"]["env_common"]
+
+
+def test_config_hash_moves_only_where_the_change_lands(tmp_path, m25):
+    base = deployment.plan_deployment(spark_inputs(m25, tmp_path / "a"))
+    inputs = spark_inputs(m25, tmp_path / "b")
+    assert deployment.plan_deployment(inputs)["nodes"]["spark2"]["config_hash"] == base["nodes"]["spark2"]["config_hash"]
+    inputs["nodes"]["spark2"]["fabric_interfaces"] = ["enP2p1s0f1np1"]
+    changed = deployment.plan_deployment(inputs)
+    assert changed["nodes"]["spark2"]["config_hash"] != base["nodes"]["spark2"]["config_hash"]
+    assert changed["nodes"]["spark1"]["config_hash"] == base["nodes"]["spark1"]["config_hash"]
+    assert changed["cluster"]["serve_config_hash"] != base["cluster"]["serve_config_hash"]
+    inputs = spark_inputs(m25, tmp_path / "c")
+    inputs["extra_env"] = {"VLLM_MARLIN_USE_ATOMIC_ADD": "1"}
+    common = deployment.plan_deployment(inputs)
+    assert all(common["nodes"][n]["config_hash"] != base["nodes"][n]["config_hash"] for n in ("spark1", "spark2"))
+
+
+def test_m3_on_three_nodes_with_uneven_heads_allowed(tmp_path):
+    m3 = profile("minimax_m3_nvfp4_tp3")
+    inputs = spark_inputs(m3, tmp_path, count=3)
+    inputs["model_config"] = {"num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128}
+    plan = deployment.plan_deployment(inputs)
+    assert plan["ok"], plan["errors"]
+    assert any("TP=3 neither divides the 8 KV heads" in w for w in plan["warnings"])
+    assert plan["nodes"]["spark3"]["rank"] == 2
+    # spark3's two ports disagree (3 and 5): NCCL picks per device there
+    assert "NCCL_IB_GID_INDEX" not in plan["nodes"]["spark3"]["env_node"]
+    assert "--load-format" in plan["cluster"]["vllm_argv"]
+
+
+def test_uneven_heads_are_refused_without_the_profiles_permission(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path, count=3)
+    inputs["overrides"] = {"tensor_parallel_size": 3}
+    plan = deployment.plan_deployment(inputs)
+    assert "TP=3 neither divides the 8 KV heads nor is a multiple of them of lukealonso/MiniMax-M2.5-NVFP4" in errors(plan)[0]
+
+
+def test_node_count_not_matching_parallel_sizes(tmp_path, m25):
+    plan = deployment.plan_deployment(spark_inputs(m25, tmp_path, count=3))
+    assert plan["ok"] is False and plan["stage"] == "full"
+    assert errors(plan) == ["TP x PP x DP = 2 x 1 x 1 = 2, but the inventory has 3 node(s) with 1 GPU(s) each = 3; "
+                            "profile minimax_m25_nvfp4_ep is for 2 node(s): add or remove nodes, or choose another profile"]
+
+
+def test_model_that_does_not_fit_names_node_and_shortfall(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path, meminfo="gb10-page-cache.txt")
+    inputs["overrides"] = {"gpu_memory_utilization": 0.92}  # 110.1 GiB of the 119.67 CUDA reports; 108.2 GiB available
+    plan = deployment.plan_deployment(inputs)
+    assert plan["ok"] is False
+    assert {e["host"] for e in plan["errors"]} == {"spark1", "spark2"}
+    assert "short by" in errors(plan)[0] and "Drop page caches" in errors(plan)[0]
+
+
+def test_same_fabric_ip_twice(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["nodes"]["spark2"]["fabric_ip"] = "192.168.100.10"
+    plan = deployment.plan_deployment(inputs)
+    assert errors(plan) == ["spark1 and spark2 have the same spark_fabric_ip 192.168.100.10; each node needs its own"]
+
+
+@pytest.mark.parametrize("heads", [[], ["spark1", "spark2"]])
+def test_not_exactly_one_head(tmp_path, m25, heads):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["head_hosts"] = heads
+    plan = deployment.plan_deployment(inputs)
+    assert "exactly one host in spark_head, found %d" % len(heads) in errors(plan)[0]
+
+
+def test_ray_client_address_is_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["extra_env"] = {"RAY_ADDRESS": "ray://192.168.100.10:10001"}
+    assert "Ray Client address" in errors(deployment.plan_deployment(inputs))[0]
+
+
+def test_mp_with_an_image_without_nnodes(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path, backend="mp")
+    for key in ("--nnodes", "-n"):
+        inputs["image_info"]["options"].pop(key, None)
+    plan = deployment.plan_deployment(inputs)
+    assert any("backend mp needs vLLM's --nnodes" in m for m in errors(plan))
+
+
+def test_missing_gid_facts_on_a_node_that_needs_roce(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["nodes"]["spark2"]["roce"] = {"roce_devices": [], "nccl_ib_hca": None, "nccl_gid_index": None}
+    plan = deployment.plan_deployment(inputs)
+    assert errors(plan)[0].startswith("spark2 has no usable RoCE GID while spark1 have RoCE")
+    inputs["settings"]["nccl_transport"] = "socket"
+    plan = deployment.plan_deployment(inputs)
+    assert plan["ok"] and plan["nodes"]["spark1"]["env_node"]["NCCL_IB_DISABLE"] == "1"
+
+
+def test_fabric_ip_not_on_a_roce_port(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["nodes"]["spark2"]["fabric_ip"] = "10.0.0.2"
+    assert "spark2: spark_fabric_ip 10.0.0.2 is not carried by any ACTIVE RoCE port (they carry 192.168.100.11, 192.168.101.11)" \
+        in errors(deployment.plan_deployment(inputs))[0]
+
+
+def test_slow_fabric_interface_is_a_warning(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["nodes"]["spark2"]["fabric_interfaces"] = ["enP7s7"]
+    plan = deployment.plan_deployment(inputs)
+    assert plan["ok"]
+    assert any(w.startswith("spark2: the fabric interface enP7s7 is not a ConnectX RoCE port") for w in plan["warnings"])
+
+
+def test_flag_the_image_lacks_is_refused_or_dropped(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["extra_flags"] = {"--swap-space": 4}
+    assert "does not accept --swap-space" in errors(deployment.plan_deployment(inputs))[0]
+    inputs["profile"]["vllm"]["optional_flags"] = ["--swap-space"]
+    plan = deployment.plan_deployment(inputs)
+    assert plan["ok"] and "--swap-space" not in plan["cluster"]["vllm_argv"]
+    assert any("does not accept --swap-space; dropped" in w for w in plan["warnings"])
+
+
+def test_flag_value_outside_its_choices(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["extra_flags"] = {"--kv-cache-dtype": "fp7"}
+    assert "--kv-cache-dtype fp7 is not one of auto, bfloat16" in errors(deployment.plan_deployment(inputs))[0]
+
+
+def test_unknown_parser_is_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["profile"]["vllm"]["flags"]["--reasoning-parser"] = "minimax_m9"
+    assert "reasoning parser minimax_m9 is not in" in errors(deployment.plan_deployment(inputs))[0]
+
+
+def test_inventory_stage_needs_no_probes(m25):
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": m25, "backend": "ray",
+              "nodes": {"a": {"fabric_ip": "10.0.0.1"}, "b": {"fabric_ip": "10.0.0.2"}}}
+    plan = deployment.plan_deployment(inputs, stage="inventory")
+    assert plan["ok"] and "cluster" not in plan
+
+
+def test_render_shows_commands_memory_and_verdict(tmp_path, m25):
+    text = "\n".join(render.render(planner.make_plan(spark_inputs(m25, tmp_path))))
+    assert "sequences at max_model_len" in text and "left to the OS" in text and "headroom floor 6.0 GiB" in text
+    assert "spark2, container dgx-spark-ray-spark2: ray start --address 192.168.100.10:6379" in text
+    assert "inside dgx-spark-ray-spark1: vllm serve lukealonso/MiniMax-M2.5-NVFP4" in text
+    assert "Largest context that fits" in text and "Verdict: ready to apply" in text
+
+
+def test_unknown_profile_lists_the_available_ones():
+    with pytest.raises(profiles.ProfileError, match="unknown profile 'minimax_m9'; available: minimax_m25_nvfp4_ep"):
+        profiles.find("minimax_m9", [PROFILES])
+
+
+def test_malformed_profile_names_file_and_key(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("name: bad\nmodel: {id: x}\nparallel: {tensor: 0}\nvllm: {flagz: 1}\n")
+    with pytest.raises(profiles.ProfileError) as info:
+        profiles.load(str(bad))
+    assert "bad.yml: vllm: unknown key 'flagz'" in str(info.value)
+    assert "parallel.tensor must be at least 1" in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(os.path.splitext(p)[0] for p in os.listdir(PROFILES) if not p.startswith("sim_")))
+def test_profile_golden(name):
+    """Every rank's whole container spec and vLLM's argv equal the reviewed golden file
+    (``python scripts/seed_tables.py --golden`` writes them; the diff is the review)."""
+    import seed_tables  # pylint: disable=import-outside-toplevel
+
+    with open(os.path.join(GOLDEN, name + ".json"), encoding="utf-8") as handle:
+        expected = json.load(handle)
+    got = json.loads(json.dumps(seed_tables.golden(name)))
+    assert got == expected
+
+
+def test_sim_tiny_profile_plans_on_the_simulated_shape(tmp_path):
+    sim = profile("sim_tiny")
+    inputs = spark_inputs(sim, tmp_path, settings={"network_mode": "container:{node}", "ipc_mode": "private", "shm_size": "2g",
+                                                   "devices": [], "gpus": "none", "simulated": True, "state_dir": "/sim/{node}/state"})
+    inputs["model_config"] = {"num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
+                              "hidden_size": 128, "max_position_embeddings": 4096}
+    plan = deployment.plan_deployment(copy.deepcopy(inputs))
+    assert plan["ok"], plan["errors"]
+    spec = plan["nodes"]["spark2"]["containers"][0]
+    assert spec["network_mode"] == "container:spark2"
+    assert spec["gpus"] is None and spec["devices"] == []
+    assert spec["volumes"][0] == "/sim/spark2/state/dgx-spark:/dgx-spark"
+    assert plan["cluster"]["memory"]["nodes"]["spark1"]["kv_tokens"] == 2097152
+
+
+def test_utilization_outside_zero_one_is_refused_before_probing(m25):
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": m25, "backend": "ray", "overrides": {"gpu_memory_utilization": 1.5},
+              "nodes": {"a": {"fabric_ip": "10.0.0.1"}, "b": {"fabric_ip": "10.0.0.2"}}}
+    plan = deployment.plan_deployment(inputs, stage="inventory")
+    assert errors(plan) == ["gpu_memory_utilization must be in (0, 1], got 1.5; vLLM requests that share of each node's memory"]
+
+
+def test_context_longer_than_the_model_is_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["overrides"] = {"max_model_len": 300000}
+    inputs["profile"]["env"].pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
+    assert "max_model_len 300000 exceeds the model's 196608 tokens" in errors(deployment.plan_deployment(inputs))[0]
+
+
+def test_ring_plan_adds_subnet_aware_routing_with_the_links_prefix(tmp_path):
+    m3 = profile("minimax_m3_nvfp4_tp3")
+    inputs = spark_inputs(m3, tmp_path, count=3, settings={"ring": {"links": [
+        {"subnet": "192.168.10.0/30", "a": "spark1", "a_if": "enp1s0f0np0", "b": "spark2", "b_if": "enp1s0f1np1"},
+        {"subnet": "192.168.20.0/30", "a": "spark2", "a_if": "enp1s0f0np0", "b": "spark3", "b_if": "enp1s0f1np1"},
+        {"subnet": "192.168.30.0/30", "a": "spark3", "a_if": "enp1s0f0np0", "b": "spark1", "b_if": "enp1s0f1np1"}]}})
+    plan = deployment.plan_deployment(inputs)
+    assert plan["ok"], plan["errors"]
+    for node in plan["nodes"].values():
+        assert node["env_node"]["NCCL_IB_SUBNET_AWARE_ROUTING"] == "1"
+        assert node["env_node"]["NCCL_IB_SUBNET_PREFIX_LEN"] == "30"
+        assert node["env_node"]["NCCL_ALGO"] == "Ring"
+
+
+def test_offline_plan_has_placeholders_and_says_so(m25):
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": m25, "backend": "ray",
+              "settings": {"image": "x", "offline": True},
+              "nodes": {"a": {"fabric_ip": "10.0.0.1", "fabric_interfaces": ["enp1s0f1np1"]},
+                        "b": {"fabric_ip": "10.0.0.2", "fabric_interfaces": ["enp1s0f1np1"]}}}
+    plan = deployment.plan_deployment(inputs)
+    assert plan["ok"], plan["errors"]
+    assert plan["nodes"]["b"]["env_node"]["NCCL_IB_HCA"] == "<ACTIVE RoCE ports, probed on b>"
+    assert plan["warnings"][0].startswith("offline plan: no node was probed")
+
+
+def test_socket_transport_turns_strict_mode_off_with_a_warning(tmp_path):
+    mxfp4 = profile("minimax_m27_mxfp4")
+    plan = deployment.plan_deployment(spark_inputs(mxfp4, tmp_path, settings={"nccl_transport": "socket", "nccl_strict": True}))
+    assert plan["ok"], plan["errors"]
+    assert any(w.startswith("vllm_nccl_transport is socket, so strict mode (vllm_nccl_strict, NCCL_NET=IB) is off")
+               for w in plan["warnings"])
+    env = plan["nodes"]["spark2"]["env"]
+    assert (env["NCCL_IB_DISABLE"], env["NCCL_P2P_DISABLE"], "NCCL_NET" in env) == ("1", "1", False)
+    assert plan["cluster"]["nccl_strict"] is False
+    # strict with RoCE keeps NCCL_NET=IB
+    strict = deployment.plan_deployment(spark_inputs(mxfp4, tmp_path / "b", settings={"nccl_strict": True}))
+    assert strict["nodes"]["spark2"]["env"]["NCCL_NET"] == "IB"
+
+
+def test_extra_env_null_takes_a_profile_variable_out(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["extra_env"] = {"PYTORCH_CUDA_ALLOC_CONF": None, "RAY_memory_monitor_refresh_ms": None}
+    env = deployment.plan_deployment(inputs)["cluster"]["env_common"]
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in env and "RAY_memory_monitor_refresh_ms" not in env
+
+
+def test_offline_plan_plans_memory_for_an_idle_spark(m25):
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": m25, "backend": "ray", "settings": {"image": "x", "offline": True},
+              "nodes": {"a": {"fabric_ip": "10.0.0.1", "fabric_interfaces": ["enp1s0f1np1"]},
+                        "b": {"fabric_ip": "10.0.0.2", "fabric_interfaces": ["enp1s0f1np1"]}}}
+    memory = deployment.plan_deployment(inputs)["cluster"]["memory"]
+    assert memory["nodes"]["a"]["requested_bytes"] == int(-(-plan_memory.GB10_CUDA_TOTAL_BYTES * 0.85 // 1))
+    assert memory["nodes"]["a"]["kv_tokens"] > 4096
+
+
+def test_plan_names_every_path_port_and_url_the_roles_use(tmp_path, m25):
+    plan = deployment.plan_deployment(spark_inputs(m25, tmp_path, settings={"port": 9000, "state_dir": "/srv/{node}/state"}))
+    head = plan["nodes"]["spark1"]
+    assert head["paths"]["state_dir"] == "/srv/spark1/state/dgx-spark"
+    assert head["paths"]["launcher"] == "/srv/spark1/state/dgx-spark/bin/vllm-serve"
+    assert head["paths"]["model_dir"].endswith("/huggingface/hub/models--" + m25["model"]["id"].replace("/", "--"))
+    assert head["ports"] == [6379, 9000] and plan["nodes"]["spark2"]["ports"] == []
+    endpoint = plan["cluster"]["endpoint"]
+    assert endpoint["health_url"] == "http://192.168.1.101:9000/health"
+    assert endpoint["local_health_url"] == "http://192.168.1.101:9000/health"
+    assert head["serve"]["command"] == ["/dgx-spark/bin/vllm-serve"] + head["serve"]["argv"][2:]
+    fetch = head["helpers"]["model_fetch"]["argv"]
+    assert fetch[:5] == ["docker", "run", "--rm", "--name", "dgx-spark-model-fetch"]
+    assert "--token-file" in fetch and not any(a.startswith(("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")) for a in fetch)
+
+
+def test_inventory_stage_names_the_paths_before_any_probe(tmp_path, m25):
+    plan = deployment.plan_deployment(spark_inputs(m25, tmp_path), stage="inventory")
+    assert plan["ok"] and plan["nodes"]["spark2"]["paths"]["models_dir"] == "/var/lib/dgx-spark-vllm/models"
+
+
+def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
+    first = deployment.plan_deployment(spark_inputs(m25, tmp_path / "a"))
+
+    def ps(plan, name, state="running", hash_of=None):
+        spec = plan["nodes"][name]["containers"][0]
+        labels = dict(spec["labels"])
+        if hash_of:
+            labels["dgx_spark.vllm.config_hash"] = hash_of
+        return json.dumps({"Names": spec["name"], "State": state, "Labels": ",".join("%s=%s" % kv for kv in labels.items())})
+
+    inputs = spark_inputs(m25, tmp_path / "b")
+    serve_hash = first["nodes"]["spark1"]["serve"]["config_hash"]
+    inputs["nodes"]["spark1"].update(docker_ps=[ps(first, "spark1")], vllm={"running": True, "config_hash": serve_hash})
+    inputs["nodes"]["spark2"].update(docker_ps=[ps(first, "spark2")])
+    same = deployment.plan_deployment(copy.deepcopy(inputs))
+    assert same["cluster"]["changes"] == [] and same["nodes"]["spark1"]["serve"]["change"] == "none"
+    inputs["nodes"]["spark1"]["docker_ps"] = [ps(first, "spark1", hash_of="0" * 16)]
+    assert [same["nodes"][n]["writes"]["baseline"] for n in ("spark1", "spark2")] == [None, None]
+    replaced = deployment.plan_deployment(inputs)
+    assert replaced["cluster"]["changes"] == ["spark1: recreate dgx-spark-ray-spark1", "spark2: restart dgx-spark-ray-spark2"]
+    assert replaced["nodes"]["spark1"]["serve"]["change"] == "start"
+    for name in ("spark1", "spark2"):  # vLLM starts again: each node's memory now is the baseline teardown compares with
+        assert replaced["nodes"][name]["writes"]["baseline"]["path"] == replaced["nodes"][name]["paths"]["baseline_file"]
+
+
+def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that_left(tmp_path, m25):
+    """The ray fact is spark_node_info's reading of a captured 2-node simulated cluster, its addresses (10.210.0.10 and
+    .11) replaced by the sample inventory's."""
+    first = deployment.plan_deployment(spark_inputs(m25, tmp_path / "a"))
+
+    def ps(name):
+        spec = first["nodes"][name]["containers"][0]
+        return json.dumps({"Names": spec["name"], "State": "running", "Labels": ",".join("%s=%s" % kv for kv in spec["labels"].items())})
+
+    inputs = spark_inputs(m25, tmp_path / "b")
+    captured = read_fixture("ray", "sim-two-nodes.json").replace("10.210.0.1", "192.168.100.1")
+    inputs["nodes"]["spark1"].update(docker_ps=[ps("spark1")], ray=node_probe.ray(0, captured, "", "dgx-spark-ray-spark1"),
+                                     vllm={"running": True, "config_hash": first["nodes"]["spark1"]["serve"]["config_hash"]})
+    inputs["nodes"]["spark2"].update(docker_ps=[ps("spark2")])
+    for name in ("spark1", "spark2"):
+        inputs["nodes"][name]["state"] = written(first["nodes"][name])
+    healthy = deployment.plan_deployment(copy.deepcopy(inputs))
+    assert healthy["cluster"]["apply_needed"] is False and healthy["cluster"]["join_gate_proven"] is True
+    text = render.deployment(healthy)
+    assert "Changes: none, every container and vLLM run as planned" in text
+    assert "Join gate: every node and GPU has joined Ray (read by the head's probe)" in text
+    left = json.loads(captured)
+    left["nodes"] = [n for n in left["nodes"] if n["NodeManagerAddress"] != "192.168.100.11"]
+    inputs["nodes"]["spark1"]["ray"] = node_probe.ray(0, json.dumps(left), "", "dgx-spark-ray-spark1")
+    missing = deployment.plan_deployment(copy.deepcopy(inputs))
+    assert missing["cluster"]["changes"] == ["spark2: restart dgx-spark-ray-spark2"]
+    assert missing["nodes"]["spark1"]["serve"]["change"] == "start" and missing["cluster"]["join_gate_proven"] is False
+    # vLLM runs: it is stopped by its process group before the worker's container restarts under its rank (fact 3)
+    assert missing["nodes"]["spark1"]["serve"]["stop_first"] and not healthy["nodes"]["spark1"]["serve"]["stop_first"]
+    assert "Changes: spark2: restart dgx-spark-ray-spark2; spark1: stop, then start vLLM" in render.deployment(missing)
+    inputs["nodes"]["spark1"]["ray"] = node_probe.ray(1, "", "Error response from daemon: No such container: x", "x")
+    unread = deployment.plan_deployment(inputs)
+    assert unread["cluster"]["apply_needed"] is False and unread["cluster"]["join_gate_proven"] is False  # the gate task waits
+
+
+def test_groups_outside_spark_cluster_are_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["groups"] = {"spark_cluster": ["spark1"], "spark_head": ["spark1"], "spark_workers": ["spark2"]}
+    assert "spark2 in spark_head or spark_workers but not in spark_cluster" in errors(deployment.plan_deployment(inputs, stage="inventory"))[0]
+
+
+def test_ports_must_be_ports_and_differ(tmp_path, m25):
+    assert "vllm_port 70000 is not a TCP port" in errors(deployment.plan_deployment(spark_inputs(m25, tmp_path, settings={"port": 70000})))[0]
+    assert "must differ" in errors(deployment.plan_deployment(spark_inputs(m25, tmp_path, settings={"port": 6379})))[0]
+
+
+def test_a_new_api_key_restarts_vllm_but_not_ray(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    first = deployment.plan_deployment(dict(inputs, api_key_digest="DIGEST-ONE"))
+    second = deployment.plan_deployment(dict(inputs, api_key_digest="DIGEST-TWO"))
+    assert first["nodes"]["spark2"]["config_hash"] == second["nodes"]["spark2"]["config_hash"]
+    assert first["cluster"]["serve_config_hash"] != second["cluster"]["serve_config_hash"]
+    mp_first = deployment.plan_deployment(dict(spark_inputs(m25, tmp_path / "mp", backend="mp"), api_key_digest="DIGEST-ONE"))
+    mp_second = deployment.plan_deployment(dict(spark_inputs(m25, tmp_path / "mp2", backend="mp"), api_key_digest="DIGEST-TWO"))
+    assert mp_first["nodes"]["spark2"]["config_hash"] != mp_second["nodes"]["spark2"]["config_hash"]
+    assert "DIGEST-ONE" not in json.dumps(first) and "DIGEST-TWO" not in json.dumps(second)
+
+
+def written(node):
+    """What a node's probe finds once the plan's writes are done: the folders, the files, the firewall and its unit."""
+    found = {f["path"]: "dir" for f in node["paths"]["folders"]}
+    found.update({f["path"]: hashlib.sha256(f["content"].encode()).hexdigest()
+                  for f in node["writes"]["files"] + node["firewall"]["files"]})
+    found[node["firewall"]["wants"]] = found[node["firewall"]["files"][1]["path"]]  # the link reads as the unit
+    return found
+
+
+def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
+    first = deployment.plan_deployment(spark_inputs(m25, tmp_path / "a"))
+    head = first["nodes"]["spark1"]
+    assert [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]] == ["vllm-serve", "ray_non_carry_over_env_vars.json"]
+    assert json.loads(head["writes"]["files"][1]["content"]) == first["cluster"]["non_carry_over_env_vars"]
+    assert "key_file=/dgx-spark/secrets/vllm_api_key" in head["writes"]["files"][0]["content"]
+    # vLLM starts (nothing runs yet): the memory each node has now is its baseline for teardown (fact 3)
+    assert head["writes"]["baseline"]["path"] == head["paths"]["baseline_file"]
+    assert json.loads(head["writes"]["baseline"]["content"])["mem_available_bytes"] == spark_inputs(m25, tmp_path)["nodes"]["spark1"][
+        "memory"]["mem_available_bytes"]
+    assert head["writes"]["firewall"] == {"files": head["firewall"]["files"], "enable": True}
+    inputs = spark_inputs(m25, tmp_path / "b")
+    found = written(head)
+    inputs["nodes"]["spark1"]["state"] = found
+    again = deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]
+    assert again == {"folders": [], "files": [], "baseline": head["writes"]["baseline"],  # vLLM still starts: a new baseline
+                     "firewall": {"files": [], "enable": False}}
+    del inputs["nodes"]["spark1"]["state"][head["firewall"]["wants"]]  # the unit was disabled by hand
+    assert deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]["firewall"] == {"files": [], "enable": True}
+    inputs["nodes"]["spark1"]["state"] = found
+    inputs["nodes"]["spark1"]["state"] = dict(found, **{head["paths"]["launcher"]: "0" * 64})
+    assert [f["path"] for f in deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]["files"]] == [head["paths"]["launcher"]]
+
+
+def test_a_kept_container_missing_a_planned_variable_is_recreated_and_named(tmp_path, m25):
+    """Fact 7 and the simulated trap: a worker's container with our labels and hash but without one planned variable
+    (changed behind our back) is recreated by the re-run, which names the variable; vLLM starts again."""
+    first = deployment.plan_deployment(spark_inputs(m25, tmp_path / "a"))
+
+    def ps(name):
+        spec = first["nodes"][name]["containers"][0]
+        return json.dumps({"Names": spec["name"], "State": "running", "Labels": ",".join("%s=%s" % kv for kv in spec["labels"].items())})
+
+    def env(name, drop=None):
+        node = first["nodes"][name]
+        return ["%s=%s" % kv for kv in sorted(dict(node["env_common"], **node["env_node"]).items()) if kv[0] != drop]
+
+    inputs = spark_inputs(m25, tmp_path / "b")
+    inputs["nodes"]["spark1"].update(docker_ps=[ps("spark1")], container_env={"dgx-spark-ray-spark1": env("spark1")},
+                                     vllm={"running": True, "config_hash": first["nodes"]["spark1"]["serve"]["config_hash"]})
+    inputs["nodes"]["spark2"].update(docker_ps=[ps("spark2")], container_env={"dgx-spark-ray-spark2": env("spark2")})
+    assert deployment.plan_deployment(copy.deepcopy(inputs))["cluster"]["changes"] == []
+    inputs["nodes"]["spark2"]["container_env"] = {"dgx-spark-ray-spark2": env("spark2", drop="NCCL_IB_GID_INDEX")}
+    drifted = deployment.plan_deployment(inputs)
+    assert drifted["ok"], drifted["errors"]
+    assert drifted["cluster"]["changes"] == ["spark2: recreate dgx-spark-ray-spark2"]
+    assert drifted["nodes"]["spark1"]["serve"]["change"] == "start"
+    planned = first["nodes"]["spark2"]["env_node"]["NCCL_IB_GID_INDEX"]
+    assert ("Environment drift: spark2: NCCL_IB_GID_INDEX is missing in the container, planned %r (per-node value); "
+            "dgx-spark-ray-spark2 is recreated" % planned) in render.deployment(drifted)
+
+
+def inventory_errors(profile_data, settings=None, overrides=None):
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": profile_data, "backend": "ray", "settings": settings or {},
+              "overrides": overrides or {}, "nodes": {"a": {"fabric_ip": "10.0.0.1"}, "b": {"fabric_ip": "10.0.0.2"}}}
+    plan = deployment.plan_deployment(inputs, stage="inventory")
+    return plan["errors"], plan["warnings"]
+
+
+@pytest.mark.parametrize("name", ["Spark_A", "-spark", "spark-", "a" * 41, "two words", "x/../y"])
+def test_a_cluster_name_that_cannot_name_containers_is_refused(m25, name):
+    found, dummy = inventory_errors(m25, settings={"cluster_name": name})
+    assert found[0]["value"] == name and "vllm_cluster_name %r is not a valid cluster name" % name in found[0]["message"]
+    assert "(for example dgx-spark)" in found[0]["message"]
+
+
+@pytest.mark.parametrize("model_id", ["org/../../etc", "/models/../etc/passwd", "/etc/passwd", "..", "org/name/extra"])
+def test_a_model_id_that_leaves_the_models_folder_is_refused(m25, model_id):
+    m25["model"]["id"] = model_id
+    found, dummy = inventory_errors(m25)
+    assert [e["value"] for e in found] == [model_id]
+    assert "model.id" in found[0]["message"] and found[0]["message"].endswith(("fix the id", "name it /models/<folder>"))
+
+
+def test_trust_remote_code_needs_a_commit_or_an_explicit_unpinned_choice():
+    unpinned = profile("minimax_m25_nvfp4_ep")
+    assert unpinned["model"].get("revision") is None
+    found, dummy = inventory_errors(unpinned)
+    assert len(found) == 1 and found[0]["value"] is None
+    assert "sets --trust-remote-code, so every node runs lukealonso/MiniMax-M2.5-NVFP4's own Python" in found[0]["message"]
+    assert "Set vllm_model_revision to the 40-character commit you reviewed" in found[0]["message"]
+    found, dummy = inventory_errors(unpinned, overrides={"model_revision": "main"})
+    assert found[0]["value"] == "main"
+    found, warned = inventory_errors(unpinned, settings={"trust_remote_code_unpinned": True})
+    assert found == [] and "vllm_trust_remote_code_unpinned is set" in warned[0]
+    found, warned = inventory_errors(unpinned, overrides={"model_revision": PINNED})
+    assert found == [] and warned == []
+
+
+def bind_plan(tmp_path, m25, **settings):
+    plan = deployment.plan_deployment(spark_inputs(m25, tmp_path, settings=settings))
+    return plan, plan["nodes"].get("spark1", {}).get("serve", {}).get("argv")
+
+
+def test_the_endpoint_binds_where_the_heads_ansible_host_resolves_and_is_called_there(tmp_path, m25):
+    plan, argv = bind_plan(tmp_path, m25)
+    assert argv[argv.index("--host") + 1] == "192.168.1.101"  # spark1.lan on spark1, not every interface
+    assert plan["cluster"]["endpoint"]["local_health_url"] == "http://192.168.1.101:8000/health"
+    assert plan["cluster"]["endpoint"]["models_url"] == "http://192.168.1.101:8000/v1/models"
+
+
+def test_every_interface_is_the_inventorys_choice_and_is_warned_about(tmp_path, m25):
+    plan, argv = bind_plan(tmp_path, m25, bind_address="0.0.0.0")
+    assert plan["ok"] and argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert any("the endpoint listens on every interface of spark1, the management LAN included" in w for w in plan["warnings"])
+    assert plan["cluster"]["endpoint"]["local_health_url"] == "http://127.0.0.1:8000/health"
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("10.9.9.9", "vllm_bind_address 10.9.9.9 is not an address of spark1 (it has 127.0.0.1, 192.168.1.101, 192.168.100.10)"),
+    ("spark1.lan", "vllm_bind_address 'spark1.lan' is not an IPv4 address; give one of spark1's addresses, or 0.0.0.0"),
+])
+def test_a_bind_address_the_head_does_not_have_is_refused(tmp_path, m25, given, expected):
+    plan, dummy = bind_plan(tmp_path, m25, bind_address=given)
+    assert plan["errors"][0]["host"] == "spark1" and expected in plan["errors"][0]["message"]
+
+
+def test_an_ansible_host_that_resolves_elsewhere_is_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["nodes"]["spark1"]["resolved"] = ["203.0.113.7"]  # a NAT or a stale DNS entry
+    found = deployment.plan_deployment(inputs)["errors"]
+    assert found[0]["value"] == "spark1.lan"
+    assert "spark1's ansible_host spark1.lan resolves on spark1 to 203.0.113.7, none of them an address of spark1" in found[0]["message"]
+    assert found[0]["message"].endswith("set vllm_bind_address to the address users reach the endpoint at")
+
+
+def test_a_host_in_the_cluster_but_in_no_child_group_is_refused(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["groups"] = {"spark_cluster": ["spark1", "spark2", "spark3"], "spark_head": ["spark1"], "spark_workers": ["spark2"]}
+    found = deployment.plan_deployment(inputs, stage="inventory")["errors"]
+    assert (found[0]["host"], found[0]["value"]) == ("spark3", "spark3")
+    assert "spark3 is in spark_cluster but in neither spark_head nor spark_workers" in found[0]["message"]
+    assert found[0]["message"].endswith("put it in spark_workers, or take it out of spark_cluster")

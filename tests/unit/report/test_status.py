@@ -1,0 +1,57 @@
+"""status: what runs where, and the node to name."""
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import status
+
+
+def ps_row(name, state, status_text):
+    return {"Names": name, "State": state, "Status": status_text}
+
+
+def test_status_names_the_broken_node():
+    nodes = {"sim-head": {"fabric_ip": "10.210.0.10", "containers": [ps_row("ray-head", "running", "Up 3 minutes")]},
+             "sim-worker1": {"fabric_ip": "10.210.0.11", "containers": [ps_row("ray-w1", "exited", "Exited (137) 9 seconds ago")]}}
+    ray = {"ray": {"alive_ips": ["10.210.0.10"], "alive_count": 1, "gpu_total": 1.0, "missing_ips": ["10.210.0.11"]}}
+    report = status.deployment(nodes, ray, {"ready": False, "errors": ["not ready"]})
+    assert report["healthy"] is False and report["unhealthy_nodes"] == ["sim-worker1"]
+    assert "sim-worker1 (10.210.0.11): ray-w1 exited (Exited (137) 9 seconds ago) -- NOT OK: ray-w1, missing from the Ray cluster" in report["lines"]
+    assert report["lines"][-1] == "NOT healthy: run playbooks/serve.yml to restore service (sim-worker1)"
+
+
+def test_status_healthy():
+    nodes = {"a": {"fabric_ip": "1", "containers": [ps_row("x", "running", "Up")]}}
+    report = status.deployment(nodes, {"ray": {"alive_ips": ["1"], "alive_count": 1, "gpu_total": 1}}, {"ready": True, "models": ["m"]})
+    assert report["healthy"] and report["lines"][-1] == "Healthy"
+
+
+def test_status_shows_what_the_endpoint_does_now():
+    live = {"seconds": 2, "output_tokens_per_second": 10.0, "prompt_tokens_per_second": None, "kv_cache_usage": 0.253,
+            "running": 2.0, "waiting": 1.0}
+    out = status.deployment({"spark1": {"fabric_ip": "192.168.100.10", "containers": [
+        {"Names": "c", "State": "running", "Status": "Up"}]}}, None, {"ready": True, "models": ["m"], "live": live})
+    assert "Now (over 2s): 10.0 output tokens/s, n/a prompt tokens/s; KV cache 25.3% used; 2 running, 1 queued" in out["lines"]
+
+
+def one(models, ready=True, container_state="running"):
+    return {"head": "a", "nodes": {"a": {"fabric_ip": "1", "containers": [ps_row("x", container_state, "Up")]}},
+            "ray": {"ray": {"alive_ips": ["1"], "alive_count": 1, "gpu_total": 1}},
+            "endpoint": {"ready": ready, "models": models, "errors": [] if ready else ["not ready"]}}
+
+
+def test_one_deployment_without_a_gateway_is_reported_as_itself():
+    assert status.report({"dgx-spark": one(["m"])}, None) == status.deployment(one(["m"])["nodes"], one(["m"])["ray"], one(["m"])["endpoint"])
+    down = status.report({"dgx-spark": one([], ready=False, container_state="exited")}, None)
+    assert not down["healthy"] and down["lines"][-1] == "NOT healthy: run playbooks/serve.yml to restore service (a)"
+
+
+def test_several_deployments_are_each_reported_and_the_gateway_must_list_every_model():
+    states = {"chat": one(["sim-tiny"]), "coder": one(["sim-tiny-ring"])}
+    healthy = status.report(states, {"url": "http://h:8000", "status": 200, "models": ["sim-tiny", "sim-tiny-ring"]})
+    assert healthy["healthy"] and healthy["lines"][0] == "Deployment chat (head a):" and "  Healthy" in healthy["lines"]
+    assert healthy["lines"][-2:] == ["Gateway http://h:8000/v1: routes sim-tiny, sim-tiny-ring", "Healthy"]
+    missing = status.report(states, {"url": "http://h:8000", "status": 200, "models": ["sim-tiny"]})
+    assert not missing["healthy"] and missing["lines"][-2] == "Gateway http://h:8000/v1: NOT OK (does not list sim-tiny-ring)"
+    down = status.report({"chat": one(["sim-tiny"]), "coder": one([], ready=False, container_state="exited")},
+                         {"url": "http://h:8000", "status": 200, "models": ["sim-tiny", "sim-tiny-ring"]})
+    assert not down["healthy"] and down["unhealthy_nodes"] == ["a"]
+    gone = status.report(states, {"url": "http://h:8000", "status": -1, "models": []})
+    assert gone["lines"][-2] == "Gateway http://h:8000/v1: NOT OK (answered -1 to /v1/models with the clients' key)"
