@@ -18,6 +18,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import placement, planner, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import DEFAULT_SETTINGS
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import node_order
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
 
@@ -40,6 +41,9 @@ ARGUMENT_SPEC = dict(
     weights_bytes=dict(type="int"),
     fail_on_error=dict(type="bool", default=True),
     deployments=dict(type="list", elements="raw", default=[]),
+    chosen=dict(type="str"),
+    one=dict(type="bool", default=False),
+    restore=dict(type="dict", default={}),
 )
 
 
@@ -89,20 +93,24 @@ class ActionModule(ActionBase):
         if args["stage"] == "paths":
             return self.paths(result, args, task_vars)
         listed = args["deployments"] or None
+        restore = args["restore"] or {}
+        whole = restore.get(((args["settings"] or {}).get("cluster_name")) or DEFAULT_SETTINGS["cluster_name"])
         if listed:
             profile, warnings = None, []
-            profiles_of, errors = self.listed_profiles(args)
+            profiles_of, errors = self.listed_profiles(args, restore)
         else:
-            profile, warnings = self.profile(args)
+            profile, warnings = self.profile(dict(args, **{k: whole[k] for k in ("profile", "profile_file")}) if whole else args)
             profiles_of, errors = {}, []
         cluster_key = (args["settings"] or {}).get("api_key_file")
         digests = {item.get("name"): key_digest(placement.key_file(cluster_key, item.get("name")))
                    for item in listed or [] if isinstance(item, dict) and item.get("name")}
         plan = planner.make_plan(self.inputs(args, task_vars, profile), args["stage"], listed, profiles_of,
-                                 probe_facts(task_vars, args["probe_fact"]), digests)
+                                 probe_facts(task_vars, args["probe_fact"]), digests, restore)
         plan["errors"] = errors + plan["errors"]
         plan["warnings"] = warnings + plan["warnings"]
         plan["ok"] = not plan["errors"]
+        if args["stage"] != "inventory":
+            planner.choose(plan, args["chosen"], args["one"])
         return self.answer(result, args, plan, render.render(plan))
 
     def profile(self, args):
@@ -123,11 +131,14 @@ class ActionModule(ActionBase):
         except profiles.ProfileError as exc:
             raise AnsibleActionFail(to_text(exc))
 
-    def listed_profiles(self, args):
-        """Each listed deployment's profile by its name, and the errors of those that cannot be loaded."""
+    def listed_profiles(self, args, restore):
+        """Each listed deployment's profile by its name (a restored one's as recorded), and the errors of those that
+        cannot be loaded."""
         dirs = list(args["profile_dirs"]) + [COLLECTION_PROFILES]
         profiles_of, errors = {}, []
         for item in args["deployments"]:
+            if isinstance(item, dict) and item.get("name") in restore:
+                item = dict(item, **{k: restore[item["name"]][k] for k in ("profile", "profile_file")})
             if not isinstance(item, dict) or not (item.get("profile") or item.get("profile_file")):
                 continue  # the planner says what is wrong with it
             try:
@@ -162,6 +173,8 @@ class ActionModule(ActionBase):
         """The action's result: the plan, its text, its warnings, and a failure when it has errors."""
         result["plan"] = plan
         result["plan_text"] = text
+        # The first deployment this run acts on, for the roles' defaults (a playbook hands each role its own).
+        result["first"] = (plan.get("deployments") or {}).get((plan.get("chosen") or [None])[0])
         result["changed"] = False
         if plan["warnings"]:
             result["warnings"] = list(plan["warnings"])
@@ -176,8 +189,8 @@ class ActionModule(ActionBase):
         groups, heads, order, nodes = inventory_nodes(task_vars, args)
         given = {"head_hosts": heads, "order": order, "nodes": nodes, "settings": args["settings"],
                  "groups": {g: list(groups.get(g) or []) for g in ("spark_cluster", args["head_group"], args["worker_group"])}}
-        plan = planner.paths(given, args["deployments"] or None)
-        result.update(plan=plan, plan_text=[], changed=False)
+        plan = planner.choose(planner.paths(given, args["deployments"] or None), args["chosen"], args["one"])
+        result.update(plan=plan, plan_text=[], changed=False, first=(plan.get("deployments") or {}).get((plan.get("chosen") or [None])[0]))
         if plan["errors"] and args["fail_on_error"]:
             result.update(failed=True, msg="; ".join(e["message"] for e in plan["errors"]))
         return result

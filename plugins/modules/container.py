@@ -10,10 +10,12 @@ module: container
 short_description: Apply one container as the plan specifies it
 version_added: 0.2.0
 description:
-  - Turns a container spec of the plan (M(dgx_spark.vllm.vllm_cluster_plan), C(nodes.<host>.containers)) into a
-    C(community.docker.docker_container) call; the same call for the Ray head, the workers and the C(mp) ranks.
-  - O(change) is the plan's decision (C(nodes.<host>.changes)); with C(none) the node is not asked at all, the probe
-    having found the container running with the planned config hash and environment.
+  - Turns a container spec of the plan of M(dgx_spark.vllm.vllm_cluster_plan) (C(nodes.<host>.containers), C(gateway.container),
+    C(monitoring.container)) into a C(community.docker.docker_container) call; the same call for the Ray head, the workers,
+    the C(mp) ranks, Prometheus and the gateway.
+  - O(change) is the plan's decision (C(nodes.<host>.changes), C(gateway.change), C(monitoring.change)); with C(none) the
+    node is not asked at all, the probe having found the container running with the planned config hash and environment.
+    C(remove) takes away a container its plan turned off; the planner made sure it carries this collection's labels.
   - Only the image (strictly) and the labels are compared, so a container is recreated only when its config hash
     (a label) changed.
 author:
@@ -39,7 +41,7 @@ options:
     description: What the plan decided for it.
     type: str
     default: create
-    choices: [none, create, start, recreate, restart]
+    choices: [none, create, start, recreate, restart, remove]
 """
 
 EXAMPLES = r"""

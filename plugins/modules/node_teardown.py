@@ -96,6 +96,13 @@ options:
       - The controller's folder the action plugin copies every log in RV(logs) into (as C(<logs_dest>/<name>)). Omit to
         leave the logs on the node.
     type: path
+  shared:
+    description:
+      - What the deployments share, taken back with them when every deployment goes (the plan's C(shared) section of
+        the paths stage, on its host). C(cluster) is the cluster's own name, whose label they carry; C(containers) their
+        names (the gateway, Prometheus), removed like the node's own containers and only when this collection made
+        them; C(folders) are removed whole (the gateway's, which holds every key).
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -140,6 +147,11 @@ firewall_removed:
   type: list
   elements: str
   returned: always
+folders_removed:
+  description: The folders of O(shared) that were there and were removed (in check mode, that would be removed).
+  type: list
+  elements: str
+  returned: always
 memory:
   description:
     - C(judged) (false without a baseline), C(ok), C(missing_gib) against the baseline and a C(message) that names the
@@ -151,6 +163,7 @@ memory:
 import glob
 import json
 import os
+import shutil
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -181,6 +194,7 @@ def main():
             boot=dict(type="dict"),
             firewall=dict(type="dict"),
             logs_dest=dict(type="path"),
+            shared=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -194,19 +208,27 @@ def main():
     if rc != 0:
         module.fail_json(msg="%s: docker ps failed (rc=%d): %s; is Docker running there?" % (p["node"], rc, (err or out).strip()))
     found = td.parse_found(out)
+    shared = p["shared"] or {}
+    if shared and shared.get("cluster") != p["cluster"]:  # what the deployments share, ours, when every one goes
+        rc, out, err = runner(td.find_argv(docker, shared["cluster"], p["node"]))
+        if rc != 0:
+            module.fail_json(msg="%s: docker ps failed (rc=%d): %s" % (p["node"], rc, (err or out).strip()))
+        found = sorted(set(found) | {f for f in td.parse_found(out) if f[0] in (shared.get("containers") or [])})
+    folders = [f for f in shared.get("folders") or [] if os.path.isdir(f)]
     names = [name for name, dummy in found]
     rc, out, err = runner(td.labelled_argv(docker, p["cluster"]))
     left = td.not_ours(out) if rc == 0 else []
     if left:
-        module.warn("%s: container(s) %s carry cluster %s's label but not %s.managed=true: this collection did not make "
-                    "them, so they are left alone; remove them yourself if they are yours" % (p["node"], ", ".join(left), p["cluster"], td.LABEL))
+        module.warn("%s: container(s) %s carry cluster %s's label but not %s=true: this collection did not make "
+                    "them, so they are left alone; remove them yourself if they are yours" % (p["node"], ", ".join(left), p["cluster"], td.labels.MANAGED))
     result = dict(changed=bool(names), containers=names, left_alone=left, vllm_killed=False, logs=[], memory=None,
                   supervisor_removed=False, firewall_removed=[])
     supervisor = Supervisor(p["boot"], runner, module.fail_json) if p["boot"] else None
     nft = module.get_bin_path("nft")
     firewall = firewall_present(runner, p["firewall"], nft)
-    result["changed"] = (result["changed"] or bool(firewall["table"] or firewall["files"])
+    result["changed"] = (result["changed"] or bool(firewall["table"] or firewall["files"]) or bool(folders)
                          or bool(supervisor and any(supervisor.installed())))
+    result["folders_removed"] = folders
     if module.check_mode:
         module.exit_json(**result)
     if supervisor:
@@ -230,6 +252,8 @@ def main():
     if p["vllm_state_file"] and os.path.exists(p["vllm_state_file"]):
         os.unlink(p["vllm_state_file"])
         result["changed"] = True
+    for folder in folders:  # the gateway's, which holds every key
+        shutil.rmtree(folder)
     result["logs"] = sorted(glob.glob(os.path.join(glob.escape(p["logs_dir"]), "*.log")))
     result["memory"] = judge_memory(module, runner)
     result["firewall_removed"] = remove_firewall(module, runner, firewall, nft)

@@ -64,6 +64,18 @@ options:
         return what it does now in RV(endpoint.live) (status.yml shows it). 0 does not read it.
     type: int
     default: 0
+  health_path:
+    description:
+      - The readiness stage's health route, asked until it answers 200. vLLM answers on C(/health); a gateway in front of
+        it on its own (LiteLLM's C(/health/liveliness), as its C(/health) asks every backend with the key).
+    type: str
+    default: /health
+  refused_without_key:
+    description:
+      - Once ready, also ask C(/v1/models) without any key and fail unless it is refused (an error status), as the endpoint
+        must not answer a client without the key. RV(endpoint.refused_without_key) says what it found.
+    type: bool
+    default: false
   request_timeout:
     description: Seconds one request may take.
     type: int
@@ -118,6 +130,9 @@ endpoint:
       description: One entry per smoke test with C(name), C(kind), C(passed), C(detail) and C(seconds).
       type: list
       elements: dict
+    refused_without_key:
+      description: With O(refused_without_key), whether C(/v1/models) refused a client without the key; else null.
+      type: bool
     canary:
       description: With O(canary), one entry per prompt with C(prompt), C(tokens) (IDs) and C(text).
       type: list

@@ -14,9 +14,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SHAPE = re.compile(r"\bfleet\b|(deployments|deployment_order|preflight_chosen)\s*\|\s*length|\bvllm_deployments\b")
 # The inventory's choices are read once, there.
 READS_THE_INVENTORY = ("roles/preflight/defaults/main.yml",)
-# The guard of the playbooks that act on one deployment (bench, fabric, model, recover, upgrade): they refuse
-# vllm_deployments until each loops over the deployments (issue 31, still open).
-STILL_GUARDED = ("roles/preflight/tasks/single.yml",)
 
 
 def files():
@@ -24,7 +21,7 @@ def files():
     for pattern in ("roles/**/*.yml", "roles/**/*.j2", "playbooks/*.yml", "playbooks/tasks/*.yml"):
         found += [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True)]
     return sorted(p for p in set(found) if "/meta/" not in p and not p.startswith("roles/sim_cluster/")
-                  and p not in READS_THE_INVENTORY + STILL_GUARDED)
+                  and p not in READS_THE_INVENTORY)
 
 
 def offending(text, path):

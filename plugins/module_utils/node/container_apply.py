@@ -3,29 +3,33 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A planned container spec -> the arguments of community.docker.docker_container. Pure.
 
-The spec is the planner's (plan_commands.container_spec); the change is the planner's decision
-(plan_nodes.container_change): none (it runs with the planned config hash: nothing to ask the node), create, start,
-recreate, or restart (a Ray worker whose head was replaced: its raylet died with the head it joined).
+Every container the collection runs goes through here: Ray and the mp ranks (module_utils/plan/commands.py
+container_spec), Prometheus and the gateway (module_utils/plan/shared.py). The change is the planner's decision
+(module_utils/plan/nodes.py container_change, module_utils/plan/shared.py change): none (it runs with the planned
+config hash: nothing to ask the node), create, start, recreate, restart (a Ray worker whose head was replaced: its
+raylet died with the head it joined), or remove (a shared container its plan turned off; the planner checked it is
+ours, module_utils/plan/labels.py).
 Comparisons: the image strictly, and the labels (the config hash is one): a container is recreated only when its
 config hash changed, never for what Docker or the image added.
 """
 
 from __future__ import annotations
 
-CHANGES = ("none", "create", "start", "recreate", "restart")
+CHANGES = ("none", "create", "start", "recreate", "restart", "remove")
 
 
 def docker_container_args(spec, change):
     """The module arguments that bring the container to ``spec``; ``change`` restart also restarts a running one."""
     if change not in CHANGES:
         raise ValueError("change must be one of %s, got %r" % (", ".join(CHANGES), change))
+    if change == "remove":
+        return {"name": spec["name"], "state": "absent"}
     args = {
         "name": spec["name"],
         "image": spec["image"],
         "command": list(spec["command"]),
-        "env": {k: str(v) for k, v in spec["env"].items()},
+        "env": {k: str(v) for k, v in (spec.get("env") or {}).items()},
         "network_mode": spec["network_mode"],
-        "ipc_mode": spec["ipc_mode"],
         "capabilities": list(spec.get("capabilities") or []),
         "ulimits": list(spec.get("ulimits") or []),
         "volumes": list(spec["volumes"]),
@@ -36,6 +40,8 @@ def docker_container_args(spec, change):
         "container_default_behavior": "no_defaults",
         "comparisons": {"*": "ignore", "image": "strict", "labels": "allow_more_present"},
     }
+    if spec.get("ipc_mode"):
+        args["ipc_mode"] = spec["ipc_mode"]
     if spec.get("shm_size"):
         args["shm_size"] = spec["shm_size"]
     if spec.get("devices"):

@@ -13,16 +13,15 @@ freed only by a reboot).
 
 from __future__ import annotations
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import LABEL
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels
 
 GIB = 1 << 30
 
 
 def find_argv(docker, cluster, node):
     """This cluster's containers on this node, made by the collection: one ``name<TAB>state`` per line."""
-    return [docker, "ps", "--all", "--no-trunc", "--filter", "label=%s.managed=true" % LABEL,
-            "--filter", "label=%s.cluster=%s" % (LABEL, cluster), "--filter", "label=%s.node=%s" % (LABEL, node),
-            "--format", "{{.Names}}\t{{.State}}"]
+    return ([docker, "ps", "--all", "--no-trunc"] + [a for f in labels.filters(cluster, node) for a in ("--filter", f)]
+            + ["--format", "{{.Names}}\t{{.State}}"])
 
 
 def parse_found(text):
@@ -37,8 +36,8 @@ def parse_found(text):
 
 def labelled_argv(docker, cluster):
     """Every container carrying this cluster's label, with its managed label: ``name<TAB>managed`` per line."""
-    return [docker, "ps", "--all", "--no-trunc", "--filter", "label=%s.cluster=%s" % (LABEL, cluster),
-            "--format", "{{.Names}}\t{{.Label \"%s.managed\"}}" % LABEL]
+    return [docker, "ps", "--all", "--no-trunc", "--filter", "label=%s=%s" % (labels.CLUSTER, cluster),
+            "--format", "{{.Names}}\t{{.Label \"%s\"}}" % labels.MANAGED]
 
 
 def not_ours(text):
@@ -46,7 +45,7 @@ def not_ours(text):
     found = []
     for line in (text or "").splitlines():
         name, dummy, managed = line.strip().partition("\t")
-        if name and managed.strip() != "true":
+        if name and not labels.ours({labels.MANAGED: managed.strip()}):
             found.append(name)
     return sorted(found)
 

@@ -110,9 +110,12 @@ def sweep(bench_target, given, stamp, reports_dir):
     errors, dirs}; ``dirs``: the run's folder inside the head's container, on the head, and on the controller."""
     config, errors = settings(given)
     found, more = points(config, bench_target.get("max_model_len")) if not errors else ([], [])
-    return {"config": config, "points": found, "errors": errors + more,
-            "dirs": {"container": "%s/%s" % (bench_target["result_dir"], stamp), "head": "%s/%s" % (bench_target["result_dir_host"], stamp),
-                     "controller": "%s/%s" % (reports_dir, stamp) if reports_dir else None}}
+    dirs = {"container": "%s/%s" % (bench_target["result_dir"], stamp), "head": "%s/%s" % (bench_target["result_dir_host"], stamp),
+            "controller": "%s/%s" % (reports_dir, stamp) if reports_dir else None}
+    for point in found:  # each point's command on the head, and where its result lands there
+        point["argv"] = ["docker", "exec", bench_target["container"]] + argv(point, bench_target, dirs["container"])
+        point["result_file"] = "%s/%s.json" % (dirs["head"], point["name"])
+    return {"config": config, "points": found, "errors": errors + more, "dirs": dirs}
 
 
 def decode_bound(profile_bench, nodes):

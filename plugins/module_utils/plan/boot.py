@@ -185,7 +185,7 @@ def plan(settings, backend, node, entry, cluster, firewall_unit=None):
 
 def metrics_config(settings, node, address):
     """Where this node serves its figures for the head's Prometheus, or None when it does not."""
-    if not monitoring.nodes_served(settings):
+    if not monitoring.serves_figures(settings, node):
         return None
     return {"address": address, "port": settings["monitoring"]["node_port"],
             "labels": {"cluster": settings["cluster_name"], "node": node}}

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, flags as flag_utils
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import (
-    container_name, LABEL, MODELS_MOUNT, STATE_MOUNT)
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, flags as flag_utils, labels as container_labels
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, MODELS_MOUNT, STATE_MOUNT
 
 OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for plasma otherwise
 LAUNCHER = STATE_MOUNT + "/bin/vllm-serve"
@@ -145,7 +144,8 @@ def gpus(settings):
 
 
 def labels(settings, name, role):
-    return {LABEL + ".managed": "true", LABEL + ".cluster": settings["cluster_name"], LABEL + ".node": name, LABEL + ".role": role}
+    """The labels of a container of this deployment (module_utils/plan/labels.py)."""
+    return container_labels.labels(settings["cluster_name"], name, role)
 
 
 def container_spec(inputs, name, role, env, paths, command):

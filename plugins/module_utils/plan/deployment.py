@@ -28,12 +28,13 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import command
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import env as environment
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import gateway
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nodes as nodes_check
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import ring as ring_links
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import (
-    LABEL, STATE_MOUNT, Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
+    STATE_MOUNT, Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import (
     check_head, check_inventory, check_model, parallel_sizes, ring_plan, utilization)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.memory import memory
@@ -60,15 +61,22 @@ def cluster_paths(inputs):
     check_head(inputs.get("head_hosts"), findings)
     advertised = nodes_check.bind_address(settings, head, inputs["nodes"].get(head) or {}, Findings())[1]
     url = endpoint_url(settings, advertised)
+    logs = reports(settings)["logs"]
     result = {"stage": "paths", "head": head, "nodes_order": order,
               "nodes": {n: {"is_head": n == head, "fabric_ip": str(inputs["nodes"][n].get("fabric_ip")), "paths": paths,
                             "containers": {role: container_name(settings, role, n) for role in ("ray", "vllm")},
-                            "boot": boot.installed(paths["state_dir"], settings["cluster_name"])}
+                            "boot": boot.installed(paths["state_dir"], settings["cluster_name"]),
+                            # where teardown.yml copies the node's logs on the controller
+                            "logs_dest": "%s/%s" % (logs, n) if logs else None,
+                            # what lists this deployment's containers on the node, one JSON object a line (state.yml)
+                            "ps_argv": ["docker", "ps", "--all", "--no-trunc", "--format", "{{json .}}"]
+                            + [a for f in labels.filters(settings["cluster_name"], n) for a in ("--filter", f)]}
                         for n, paths in ((n, node_paths(settings, n, None)) for n in order)},
               "cluster": {"name": settings["cluster_name"], "artifacts_dir": settings["artifacts_dir"],
                           "reports": reports(settings),
                           "expected_ips": [str(inputs["nodes"][n].get("fabric_ip")) for n in order],
-                          "endpoint": {"url": url, "api_key_file": settings["api_key_file"]}}}
+                          "endpoint": {"url": url, "health_url": url + "/health", "api_url": url + "/v1",
+                                       "api_key_file": settings["api_key_file"]}}}
     return finish(result, findings)
 
 
@@ -141,13 +149,6 @@ def plan_deployment(inputs, stage="full"):
                                {n: result["nodes"][n]["config_hash"] for n in order}, common)
     cluster["canary"] = {"settings": canary.settings(profile), "basis": canary.basis({"cluster": cluster, "model": result["model"]})}
     cluster["bench"] = bench.target(cluster, result["nodes"][head], profile, max_len, STATE_MOUNT, commands.API_KEY_FILE)
-    cluster["monitoring"] = monitoring.plan(
-        settings["monitoring"], settings["cluster_name"], result["nodes"][head],
-        cluster["endpoint"]["local_address"],
-        [(n, result["nodes"][n]["fabric_ip"]) for n in order if monitoring.nodes_served(settings)],
-        (cluster["memory"] or {}).get("headroom_floor_bytes") or 0,
-        int(float(settings["unaccounted_limit_gib"]) * 1024 ** 3), commands.labels(settings, head, "prometheus"))
-    cluster["monitoring"]["change"] = changes.monitoring_change(cluster["monitoring"], inputs["nodes"][head])
     for name in order:  # the supervisor that brings each node back after a boot: the hashes and memory are final now
         result["nodes"][name]["boot"] = boot.plan(settings, inputs["backend"], name, result["nodes"][name], cluster,
                                                   firewall.unit_name(settings["cluster_name"]) if settings["firewall"] else None)
@@ -230,13 +231,13 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     if backend == "mp" and inputs.get("api_key_digest"):  # each rank's vLLM reads the key when its container starts
         hashed["api_key"] = inputs["api_key_digest"]
     node_hash = digest(hashed)
-    spec["labels"][LABEL + ".config_hash"] = node_hash
+    spec["labels"][labels.CONFIG_HASH] = node_hash
     entry = {"rank": rank, "is_head": is_head, "fabric_ip": fabric_ip, "env_common": cluster["env_common"],
              "env_node": dict(sorted(node_env.items())), "env": dict(sorted(env.items())), "containers": [spec],
              "config_hash": node_hash, "state_dir": paths["state_dir"], "models_dir": paths["models_dir"], "paths": paths,
              "ports": nodes_check.node_ports(settings, backend, is_head)}
     entry["writes"] = changes.state_writes(inputs["nodes"][name], paths, commands.state_files(inputs, paths, cluster["non_carry_over_env_vars"]))
-    entry["firewall"] = firewall.plan(settings, backend, cluster["expected_ips"], paths) if settings["firewall"] else None
+    entry["firewall"] = firewall.plan(settings, backend, cluster["expected_ips"], paths, name) if settings["firewall"] else None
     entry["writes"]["firewall"] = changes.firewall_writes(inputs["nodes"][name], entry["firewall"])
     entry["ring"] = ring_node(inputs, name, paths)
     if is_head or backend == "mp":

@@ -125,12 +125,18 @@ def check(name, facts, findings):
                        "private to them" % (name, NFT))
 
 
-def plan(settings, backend, addresses, paths):
-    """What the planner gives the fabric role on a node: the table, its script and the unit, at the node's paths."""
+def plan(settings, backend, addresses, paths, node=None):
+    """What the planner gives the fabric role on a node: the table, its script and the unit, at the node's paths. Where
+    this deployment's supervisor serves the node's figures, their port too, for the Prometheus host only besides the
+    nodes (``monitoring.scraper``)."""
     cluster = settings["cluster_name"]
     ports = guarded_ports(backend, settings["ray_port"], settings["master_port"], settings["ray_ports_offset"])
-    if monitoring.nodes_served(settings):  # each node's figures, for the head's Prometheus only
+    addresses = list(addresses)
+    if monitoring.serves_figures(settings, node):  # each node's figures, for the Prometheus host only
         ports.append(str(settings["monitoring"]["node_port"]))
+        scraper = settings["monitoring"].get("scraper")
+        if scraper and scraper not in addresses:
+            addresses.append(scraper)
     return {"table": table_name(cluster), "ports": ports, "addresses": sorted(addresses),
             "files": [{"path": paths["firewall_rules"], "content": ruleset(cluster, addresses, ports), "mode": "0644"},
                       {"path": paths["firewall_unit"], "content": unit(cluster, paths["firewall_rules"]), "mode": "0644"}],

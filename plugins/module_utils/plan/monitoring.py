@@ -25,6 +25,7 @@ import json
 import re
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.metrics import PREFIX
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels as container_labels
 
 GIB = 1024 ** 3
 DEFAULTS = {
@@ -78,14 +79,24 @@ def nodes_served(settings):
     return bool(watched.get("enabled")) and bool(settings.get("boot_start", True))
 
 
-def scrape_config(config, cluster, endpoint, nodes):
-    """Prometheus's configuration: vLLM on the head, every node's figures, the rules file."""
+def serves_figures(settings, node):
+    """Whether ``node``'s supervisor of this deployment serves the node's figures: monitoring on, the supervisor running,
+    and the node one of those this deployment serves (``figures_nodes``, set by the planner: on a node that deployments
+    share, only the first deployment placed there serves them, so none is scraped twice; unset, every node of it)."""
+    watched = settings.get("monitoring") or {}
+    served = watched.get("figures_nodes")
+    return nodes_served(settings) and (served is None or node in served)
+
+
+def scrape_config(config, cluster, targets, nodes):
+    """Prometheus's configuration: every deployment's vLLM (its API server; ``targets``), every node's figures, the rules
+    file."""
     return {
         "global": {"scrape_interval": config["scrape_interval"], "evaluation_interval": config["scrape_interval"],
                    "external_labels": {"cluster": cluster}},
         "rule_files": [CONFIG_MOUNT + "/rules.yml"],
         "scrape_configs": [
-            {"job_name": JOB_VLLM, "metrics_path": "/metrics", "static_configs": [{"targets": [endpoint]}]},
+            {"job_name": JOB_VLLM, "metrics_path": "/metrics", "static_configs": [{"targets": list(targets)}]},
             {"job_name": JOB_NODES, "metrics_path": "/metrics",
              "static_configs": [{"targets": ["%s:%d" % (ip, config["node_port"])], "labels": {"node": name}} for name, ip in nodes]},
         ]}
@@ -124,25 +135,31 @@ def container_name(cluster):
     return "%s-prometheus" % cluster
 
 
-def plan(config, cluster, head_entry, endpoint, nodes, floor, limit, labels):
-    """The monitoring section of the plan: the files on the head, the container, what verify waits for.
-    ``nodes`` is [(name, fabric_ip)] in the cluster's order; ``floor`` the headroom floor and ``limit`` the unaccounted
-    memory above which the planner refuses a node, in bytes; ``labels`` the collection's labels of the container (the
-    config hash is added: a changed file or flag recreates the container, which reads its files when it starts)."""
+def plan(config, cluster, folder, targets, nodes, floor, limit, labels):
+    """The monitoring section of the plan: the files on its host (in ``folder``), the container, what verify waits for.
+    ``targets`` are the addresses of every deployment's vLLM as Prometheus reaches them; ``nodes`` is [(name,
+    fabric_ip)] of the nodes whose figures are served, in the cluster's order; ``floor`` the headroom floor and
+    ``limit`` the unaccounted memory above which the planner refuses a node, in bytes; ``labels`` the collection's
+    labels of the container (the config hash is added: a changed file or flag recreates the container, which reads its
+    files when it starts)."""
     if not config["enabled"]:
-        return {"enabled": False, "container": {"name": container_name(cluster)}}
-    folder = head_entry["paths"]["state_dir"] + "/monitoring"
-    files = {"prometheus.yml": scrape_config(config, cluster, endpoint, nodes), "rules.yml": rules(config, floor, limit)}
+        return {"enabled": False, "container": {"name": container_name(cluster), "labels": dict(labels)}}
+    files = {"prometheus.yml": scrape_config(config, cluster, targets, nodes), "rules.yml": rules(config, floor, limit)}
     container = {"name": container_name(cluster), "image": config["image"], "network_mode": "host",
                  "command": ["--config.file=%s/prometheus.yml" % CONFIG_MOUNT, "--storage.tsdb.path=" + DATA_MOUNT,
                              "--storage.tsdb.retention.time=" + config["retention"], "--web.listen-address=" + config["listen"]],
                  "volumes": ["%s/config:%s:ro" % (folder, CONFIG_MOUNT), "%s/data:%s" % (folder, DATA_MOUNT)],
                  "restart_policy": "unless-stopped", "labels": dict(labels)}
-    key = [k for k in labels if k.endswith(".managed")][0].rsplit(".", 1)[0] + ".config_hash"
-    container["labels"][key] = hashlib.sha256(json.dumps([files, container], sort_keys=True).encode("utf-8")).hexdigest()[:16]
-    return {"enabled": True, "url": "http://%s" % config["listen"], "listen": config["listen"], "node_port": config["node_port"],
-            "folder": folder, "config_dir": folder + "/config", "data_dir": folder + "/data", "data_uid": DATA_UID,
-            "files": files, "jobs": {JOB_VLLM: 1, JOB_NODES: len(nodes)}, "container": container}
+    container["labels"][container_labels.CONFIG_HASH] = hashlib.sha256(
+        json.dumps([files, container], sort_keys=True).encode("utf-8")).hexdigest()[:16]
+    url = "http://%s" % config["listen"]
+    # Prometheus reads YAML, and JSON is YAML: each file as the plan has it, written as it is.
+    writes = [{"path": "%s/config/%s" % (folder, name), "content": json.dumps(content, indent=2, sort_keys=True) + "\n"}
+              for name, content in sorted(files.items())]
+    return {"enabled": True, "url": url, "targets_url": url + "/api/v1/targets?state=active", "listen": config["listen"],
+            "node_port": config["node_port"], "folder": folder, "config_dir": folder + "/config", "data_dir": folder + "/data",
+            "data_uid": DATA_UID, "files": files, "writes": writes, "jobs": {JOB_VLLM: len(targets), JOB_NODES: len(nodes)},
+            "container": container}
 
 
 # The dashboard's panels as data: scripts/make_dashboard.py builds the Grafana dashboard from them (Grafana's typed

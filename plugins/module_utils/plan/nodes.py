@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import LABEL
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.model_files import human
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import parity
@@ -41,9 +41,8 @@ def serving_hashes(facts, name, cluster):
     """The config hashes of this cluster's running containers on node ``name`` (the memory plan credits them)."""
     if "serving_hashes" in facts:
         return [h for h in facts["serving_hashes"] if h]
-    return [c["labels"].get(LABEL + ".config_hash") for c in probed_containers(facts) or []
-            if c.get("state") == "running" and c["labels"].get(LABEL + ".node") == name
-            and c["labels"].get(LABEL + ".cluster") == cluster and c["labels"].get(LABEL + ".config_hash")]
+    return [labels.config_hash(c) for c in probed_containers(facts) or []
+            if c.get("state") == "running" and labels.of(c, cluster, name) and labels.config_hash(c)]
 
 
 def parse_listening(lines):
@@ -137,12 +136,12 @@ def check_node(name, facts, settings, planned_names, ports, findings):
     check_disk(name, facts, settings, findings)
     containers = probed_containers(facts) or []
     impostors = sorted(c["name"] for c in containers
-                       if c.get("name") in planned_names and (c.get("labels") or {}).get(LABEL + ".managed") != "true")
+                       if c.get("name") in planned_names and not labels.ours(c))
     if impostors:
         findings.error(name, impostors, "%s: container(s) %s use this collection's names but were not made by it; they are left "
                        "alone. Remove or rename them (docker rm -f NAME) if they are stale, then run again" % (name, ", ".join(impostors)))
-    ours_running = any(c.get("state") == "running" and (c.get("labels") or {}).get(LABEL + ".managed") == "true"
-                       and (c.get("labels") or {}).get(LABEL + ".node") == name for c in containers)
+    ours_running = any(c.get("state") == "running" and labels.ours(c) and (c.get("labels") or {}).get(labels.NODE) == name
+                       for c in containers)
     taken = sorted(set(ports) & set(parse_listening(facts.get("listening"))))
     if taken and not ours_running:
         findings.error(name, taken, "%s: port(s) %s are held by a program this collection did not start (none of its containers "
@@ -257,7 +256,7 @@ def container_change(spec, probed):
     if not found:
         return "create"
     current = found[0]
-    if (current.get("labels") or {}).get(LABEL + ".config_hash") != spec["labels"].get(LABEL + ".config_hash"):
+    if labels.config_hash(current) != labels.config_hash(spec):
         return "recreate"
     return "none" if current.get("state") == "running" else "start"
 

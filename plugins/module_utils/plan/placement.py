@@ -23,12 +23,8 @@ cluster's own names, ports, key and reports: the plan has one shape whatever the
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import (
-    firewall, gateway as gateway_utils, memory_model)
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import digest, endpoint_url, LABEL, node_paths
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.commands import labels
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, memory_model
 
 GIB = memory_model.GIB
 # A deployment's name joins the cluster's (container names, folders, the firewall table): short, a-z, 0-9 and '-'.
@@ -139,14 +135,20 @@ def expand(deployments, settings, groups, findings):
     return entries
 
 
-def planner_inputs(base, entry, profile, probes=None, key_digest=None):
+def planner_inputs(base, entry, profile, probes=None, key_digest=None, figures=None, restored=None):
     """The planner's inputs for one deployment: the cluster's, with each node's probe facts for this deployment
     (``probes``: host -> what its probe read for it, its containers, its vLLM and its model; the head's gives the
     model's config) and its profile. A listed deployment's are narrowed to its nodes, with its settings, profile,
-    backend and overrides (its own win over the cluster's); the whole cluster's (``whole``) are the inventory's."""
+    backend and overrides (its own win over the cluster's); the whole cluster's (``whole``) are the inventory's. A
+    ``restored`` deployment (records.restore) takes its recorded image, backend, overrides, extra flags and env instead,
+    nothing more: its profile is the recorded one already."""
     hosts = entry["hosts"]
     probes = probes or {}
     head_probe = probes.get(entry["head"]) or {}
+    if figures is not None:  # the nodes whose figures it serves, and the Prometheus host that scrapes them
+        given = dict(base.get("settings") or {})
+        given["monitoring"] = dict(given.get("monitoring") or {}, figures_nodes=list(figures["nodes"]), scraper=figures["scraper"])
+        base = dict(base, settings=given)
     inputs = dict(base)
     inputs.update(
         nodes={h: dict(base["nodes"][h], **(probes.get(h) or {})) for h in base["nodes"]},
@@ -154,7 +156,7 @@ def planner_inputs(base, entry, profile, probes=None, key_digest=None):
         weights_bytes=head_probe.get("weights_bytes") or base.get("weights_bytes"),
         image_info=head_probe.get("image") or base.get("image_info"), profile=profile)
     if not entry["listed"]:
-        return inputs
+        return restore(inputs, restored)
     if entry["served_name"]:  # the name the gateway routes by, instead of the profile's
         profile = dict(profile, model=dict(profile["model"], served_name=str(entry["served_name"])))
     inputs.update(
@@ -163,11 +165,20 @@ def planner_inputs(base, entry, profile, probes=None, key_digest=None):
         nodes={h: inputs["nodes"][h] for h in hosts if h in inputs["nodes"]}, api_key_digest=key_digest,
         profile=profile, profile_file=entry["profile_file"],
         backend=entry["backend"] or profile.get("backend") or base.get("backend") or "ray",
-        settings=dict(base.get("settings") or {}, **dict(entry["settings"], gateway=None)),  # the fleet's, not its own
+        settings=dict(base.get("settings") or {}, **dict(entry["settings"], gateway=None)),  # the cluster's, not its own
         overrides=dict(base.get("overrides") or {}, **{k: v for k, v in entry["overrides"].items() if v not in (None, "")}),
         extra_flags=dict(base.get("extra_flags") or {}, **entry["extra_flags"]),
         extra_env=dict(base.get("extra_env") or {}, **entry["extra_env"]))
-    return inputs
+    return restore(inputs, restored)
+
+
+def restore(inputs, restored):
+    """``inputs`` with a recorded deployment's choices in place of the inventory's (none: as they are)."""
+    if not restored:
+        return inputs
+    return dict(inputs, settings=dict(inputs.get("settings") or {}, image=restored["image"]), backend=restored["backend"],
+                profile_file=restored.get("profile_file") or None, overrides=dict(restored.get("overrides") or {}),
+                extra_flags=dict(restored.get("extra_flags") or {}), extra_env=dict(restored.get("extra_env") or {}))
 
 
 def listening(settings, backend, is_head):
@@ -251,57 +262,28 @@ def check_memory(entries, plans, findings):
     return figures
 
 
-def gateway_place(settings, head, endpoint):
-    """Where the gateway runs and answers: its head, container, folder and URL (the first deployment's endpoint
-    moved to the cluster's own port). The plan and the playbooks that run without a profile (planner.paths)
-    both name it from here."""
-    advertised = urlsplit(endpoint.get("url") or "http://%s" % (endpoint.get("bind_address") or "0.0.0.0")).hostname
-    return {"host": head, "container": "%s-gateway" % settings["cluster_name"],
-            "folder": node_paths(settings, head, None)["state_dir"] + "/gateway", "url": endpoint_url(settings, advertised)}
-
-
-def gateway(entries, plans, settings, key_digests=None):
-    """The gateway on the first deployment's head, on the cluster's own port: one route per served model name to its
-    deployment's endpoint (on the same head at the address vLLM binds, on another head at its URL), and the container
-    that serves them. Each route names the controller's file of its deployment's key, never a key
-    (module_utils/plan/gateway.py); the container's config_hash label covers the routes and a digest of every key
-    (``key_digests``, the clients' under ""), so a new key or route recreates it and nothing else does."""
-    first = entries[0]
-    routes, names = [], {}
-    for entry in entries:
-        plan = plans.get(entry["name"]) or {}
-        endpoint = (plan.get("cluster") or {}).get("endpoint") or {}
-        model = plan.get("model") or {}
-        served = model.get("served_name") or model.get("id")
-        base = "http://" + endpoint.get("local_address", "") if entry["head"] == first["head"] else endpoint.get("url", "")
-        routes.append({"model": served, "deployment": entry["name"], "api_base": base + "/v1", "health_url": base + "/health",
-                       "api_key_file": endpoint.get("api_key_file"), "head": entry["head"]})
-        names.setdefault(served, []).append(entry["name"])
-    endpoint = ((plans.get(first["name"]) or {}).get("cluster") or {}).get("endpoint") or {}
-    bind = endpoint.get("bind_address") or "0.0.0.0"
-    place = gateway_place(settings, first["head"], endpoint)
-    given = settings.get("gateway") or {}
-    image = given.get("image") or "dgx-spark-vllm/litellm:%s" % gateway_utils.LITELLM_VERSION
-    interval = int(given.get("health_check_interval") or gateway_utils.DEFAULTS["health_check_interval"])
-    spec = gateway_utils.container(place["container"], image, bind, settings["port"],
-                                   place["folder"] + "/config.yaml", labels(settings, first["head"], "gateway"))
-    spec["labels"][LABEL + ".config_hash"] = digest({"container": spec, "routes": routes, "interval": interval,
-                                                     "keys": sorted((k, v) for k, v in (key_digests or {}).items())})
-    return {"enabled": gateway_utils.enabled(given.get("enabled"), len(entries)), "host": place["host"], "port": settings["port"],
-            "url": place["url"], "folder": place["folder"], "config_file": place["folder"] + "/config.yaml",
-            "client_key_file": settings.get("api_key_file"),
-            "health_check_interval": interval,
-            "container": spec, "routes": routes, "duplicate_models": {m: d for m, d in names.items() if len(d) > 1}}
-
-
-def combine(entries, settings, settings_of, plans, findings, key_digests=None):
-    """Across the deployments' plans: ports and memory on shared nodes, served names, and the gateway's routes (on
-    the cluster's own port, vllm_port: the URL clients knew stays theirs)."""
-    gateway_port = [(entries[0]["head"], settings["port"], "the gateway's port (vllm_port)")] if entries else []
+def combine(entries, settings, settings_of, plans, findings, gateway_on):
+    """Across the deployments' plans: ports and memory on shared nodes (the gateway's port among them when it runs, the
+    cluster's own vllm_port: the URL clients knew stays theirs), and served names (the gateway routes by name)."""
+    gateway_port = [(entries[0]["head"], settings["port"], "the gateway's port (vllm_port)")] if gateway_on else []
     check_ports(entries, settings_of, plans, findings, gateway_port)
     shared = check_memory(entries, plans, findings)
-    routes = gateway(entries, plans, settings, key_digests) if entries else None
-    for model, names in (routes or {}).get("duplicate_models", {}).items():
-        findings.error("all", model, "deployments %s all serve the model name %s; the gateway routes by name, so give each "
-                       "its own served_name (in vllm_deployments, or its profile's model.served_name)" % (" and ".join(names), model))
-    return {"deployment_order": [e["name"] for e in entries], "shared_nodes": shared, "gateway": routes}
+    names = {}
+    for entry in entries:
+        model = (plans.get(entry["name"]) or {}).get("model") or {}
+        names.setdefault(model.get("served_name") or model.get("id"), []).append(entry["name"])
+    for model, named in names.items():
+        if len(named) > 1:
+            findings.error("all", model, "deployments %s all serve the model name %s; the gateway routes by name, so give each "
+                           "its own served_name (in vllm_deployments, or its profile's model.served_name)" % (" and ".join(named), model))
+    return {"deployment_order": [e["name"] for e in entries], "shared_nodes": shared}
+
+
+def figures_nodes(entries):
+    """Which deployment's supervisor serves each node's figures: the first deployment placed on it (a node two share is
+    scraped once). {deployment: [its hosts it serves]}."""
+    served, seen = {}, set()
+    for entry in entries:
+        served[entry["name"]] = [h for h in entry["hosts"] if h not in seen]
+        seen.update(entry["hosts"])
+    return served

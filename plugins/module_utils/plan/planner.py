@@ -14,44 +14,49 @@ finding (host, value, message with the remedy); the play stops before any change
 
 from __future__ import annotations
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring, placement
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring, nodes as nodes_check, placement, shared
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import Findings, normalize_settings, reports
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.deployment import (
     cluster_paths, finish, plan_deployment)
 
 
-def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, key_digests=None):
+def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, key_digests=None, restore=None):
     """The plan: a list of deployments, each planned on its own as if it were the whole cluster (``plan_deployment``),
-    then what none of them sees alone: names, ports and memory on the nodes they share, and the gateway in front of
-    them when the inventory lists them. ``listed``: vllm_deployments (none: the whole cluster is one deployment,
-    placement.whole); ``profiles_of`` maps each deployment's name to its loaded profile (the whole cluster's is
-    ``inputs["profile"]``), ``probes`` each to its hosts' probe facts, ``key_digests`` each listed one to a digest of
-    its own vLLM key (placement.key_file). ``stage="inventory"`` checks only what needs no probe facts."""
+    then what none of them sees alone: names, ports and memory on the nodes they share (placement.combine), and what
+    they share (module_utils/plan/shared.py: the gateway in front of them, one Prometheus). ``listed``:
+    vllm_deployments (none: the whole cluster is one deployment, placement.whole); ``profiles_of`` maps each
+    deployment's name to its loaded profile (the whole cluster's is ``inputs["profile"]``), ``probes`` each to its
+    hosts' probe facts, ``key_digests`` each listed one to a digest of its own vLLM key (placement.key_file), and
+    ``restore`` any of them to its recorded deployment (records.restore), planned instead of the inventory's choices for
+    it (upgrade.yml's rollback, recover.yml). ``stage="inventory"`` checks only what needs no probe facts."""
     settings = normalize_settings(inputs.get("settings"))
     settings["monitoring"] = monitoring.settings(settings.get("monitoring"))[0]
     findings = Findings()
-    if listed and settings["monitoring"]["enabled"]:
-        # One Prometheus per deployment would take the same port on a shared head, and each supervisor would serve
-        # the same node's figures twice: refused until one Prometheus watches every deployment. (A plan's check, not
-        # the list's: teardown and status name the deployments whatever vllm_monitoring says.)
-        findings.error("all", True, "vllm_monitoring does not watch several deployments yet (each would start its own "
-                       "Prometheus on the same ports); set vllm_monitoring: false with vllm_deployments")
     entries = deployment_entries(inputs, settings, listed, findings)
+    figures = placement.figures_nodes(entries)
+    scraper = str((inputs["nodes"].get(entries[0]["head"]) or {}).get("fabric_ip")) if entries and entries[0]["head"] else None
     plans, settings_of = {}, {}
     for entry in entries if not findings.errors else []:
         profile = (profiles_of or {}).get(entry["name"]) if entry["listed"] else inputs.get("profile")
         if profile is None:
             findings.error("all", entry["name"], "deployment %s: its profile was not found" % entry["name"])
             continue
-        given = placement.planner_inputs(inputs, entry, profile, (probes or {}).get(entry["name"]), (key_digests or {}).get(entry["name"]))
+        given = placement.planner_inputs(inputs, entry, profile, (probes or {}).get(entry["name"]), (key_digests or {}).get(entry["name"]),
+                                         {"nodes": figures[entry["name"]], "scraper": scraper}, (restore or {}).get(entry["name"]))
         plans[entry["name"]] = plan_deployment(given, stage)
         settings_of[entry["name"]] = dict(normalize_settings(given["settings"]), monitoring=settings["monitoring"])
         own(findings, entry, plans[entry["name"]])
     result = {"stage": stage, "deployments": plans, "deployment_order": [e["name"] for e in entries],
-              "head": entries[0]["head"] if entries else None, "shared_nodes": {}, "gateway": None}
-    if listed and entries and not findings.errors:
-        result.update(placement.combine(entries, settings, settings_of, plans, findings,
-                                    dict(key_digests or {}, **{"": inputs.get("api_key_digest")})))
+              "head": entries[0]["head"] if entries else None, "shared_nodes": {}, "gateway": None, "monitoring": None}
+    if entries and not findings.errors:
+        result.update(placement.combine(entries, settings, settings_of, plans, findings, shared.gateway_on(settings, len(entries))))
+    if entries and not findings.errors and stage != "inventory":
+        host = entries[0]["head"]
+        found = [(probes or {}).get(e["name"], {}).get(host) for e in entries if host in e["hosts"]]
+        probed = nodes_check.probed_containers(found[0]) if found and found[0] else None
+        result["gateway"] = shared.gateway(entries, plans, settings, dict(key_digests or {}, **{"": inputs.get("api_key_digest")}),
+                                           probed, findings)
+        result["monitoring"] = shared.watched(entries, plans, settings, inputs, probed, findings)
     result["reports"] = {"plan": reports(settings)["plan"]}
     result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
     return result
@@ -59,21 +64,42 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
 
 def paths(inputs, listed=None):
     """cluster_paths of every deployment (teardown.yml, status.yml, upgrade.yml's and recover.yml's record look-up):
-    each one's names and paths as its plan has them, and where the gateway runs when there is one. Needs no profile."""
+    each one's names and paths as its plan has them, and what they share (shared.paths). Needs no profile."""
     settings = normalize_settings(inputs.get("settings"))
     findings = Findings()
     entries = deployment_entries(inputs, settings, listed, findings)
-    result = {"stage": "paths", "deployments": {}, "deployment_order": [e["name"] for e in entries], "gateway": None,
+    result = {"stage": "paths", "deployments": {}, "deployment_order": [e["name"] for e in entries], "shared": None,
               "head": entries[0]["head"] if entries else None, "reports": {"plan": reports(settings)["plan"]},
               "api_key_file": settings["api_key_file"]}
     for entry in entries if not findings.errors else []:
         result["deployments"][entry["name"]] = plan = cluster_paths(placement.planner_inputs(inputs, entry, {"model": {}}))
         own(findings, entry, plan)
-    if listed and entries and not findings.errors:
+    if entries and not findings.errors:
         first = result["deployments"][entries[0]["name"]]
-        result["gateway"] = dict(placement.gateway_place(settings, first["head"], first["cluster"]["endpoint"]),
-                                 api_key_file=settings["api_key_file"])
+        result["shared"] = shared.paths(settings, first["head"], first["cluster"]["endpoint"], len(entries))
     return finish(result, findings)
+
+
+def choose(plan, name=None, one=False):
+    """The deployments a run acts on (``plan["chosen"]``): the one ``-e vllm_deployment=<name>`` names, or every one (the
+    whole cluster is one, named after it); with ``one``, a playbook that acts on one deployment at a time (upgrade.yml)
+    refuses a choice of several. Errors are the plan's (nothing has changed yet); the shared containers go with the
+    deployments only when every one goes (``shared.teardown``)."""
+    order = plan.get("deployment_order") or []
+    errors = []
+    if name and name not in order:
+        errors.append({"host": "all", "value": name, "message": "vllm_deployment=%s: the inventory's deployments are %s; name one of "
+                       "them, or leave vllm_deployment out to act on every one. Nothing was changed" % (name, ", ".join(order))})
+    elif one and not name and len(order) > 1:
+        errors.append({"host": "all", "value": order, "message": "this playbook acts on one deployment at a time, and the inventory "
+                       "lists %s: name one with -e vllm_deployment=<name>. Nothing was changed" % ", ".join(order)})
+    plan["chosen"] = [] if errors else ([name] if name else list(order))
+    if plan.get("shared"):
+        plan["shared"]["teardown"] = bool(plan["chosen"]) and plan["chosen"] == list(order)
+    if errors:
+        plan["errors"] = list(plan.get("errors") or []) + errors
+        plan["ok"] = False
+    return plan
 
 
 def deployment_entries(inputs, settings, listed, findings):

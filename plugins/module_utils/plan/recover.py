@@ -62,3 +62,24 @@ def refusal(nodes, plan_nodes, waited):
     return ("%s did not answer within %d s; the model is planned across %d nodes (%s) and no subset serves it. Bring "
             "%s back (power, network, SSH), then run recover.yml again; or plan another profile for the nodes that remain"
             % (", ".join(nodes), waited, len(plan_nodes), ", ".join(plan_nodes), " and ".join(nodes)))
+
+
+def line(decision):
+    """A decision as recover.yml says it."""
+    if decision["action"] == "none":
+        return "Nothing to recover: every node, Ray and the endpoint serve"
+    return "%s (%s): %s" % (decision["action"], ", ".join(decision["nodes"]), "; ".join(decision["reasons"]))
+
+
+def decide_each(states):
+    """recover.yml's decision for each deployment it acts on, from state.yml's ``cluster_states`` (each deployment's
+    nodes, head, Ray, vLLM and endpoint, by name), each decided on its own: {"decisions": {name: decision}, "lines":
+    one per deployment (named when several), "wait_for": the nodes any of them waits for, "restart_ranks": {name:
+    whether its vLLM may be loading} of those whose ranks restart, "act": whether serve.yml runs afterwards}."""
+    decisions = {name: decide(s["nodes"], s["head"], s.get("ray"), s.get("vllm"), s.get("endpoint"), s.get("backend") or "ray")
+                 for name, s in states.items()}
+    lines = [line(d) if len(decisions) == 1 else "deployment %s: %s" % (name, line(d)) for name, d in decisions.items()]
+    return {"decisions": decisions, "lines": lines,
+            "wait_for": sorted({n for d in decisions.values() if d["action"] == "wait_for_nodes" for n in d["nodes"]}),
+            "restart_ranks": {name: bool(d.get("loading")) for name, d in decisions.items() if d["action"] == "restart_ranks"},
+            "act": any(d["action"] != "none" for d in decisions.values())}

@@ -28,20 +28,22 @@ def _command(argv):
 
 
 def render(plan):
-    """Lines of text describing ``plan``: each deployment's plan (named, when a gateway fronts them), the gateway, the
-    nodes they share, then the findings and the verdict."""
-    gateway = plan.get("gateway")
+    """Lines of text describing ``plan``: each deployment's plan (named, when a gateway fronts them), what they share
+    (the gateway, Prometheus, the nodes), then the findings and the verdict."""
+    gateway = plan.get("gateway") or {}
+    fronted = bool(gateway.get("enabled"))
     lines = []
     for name in plan.get("deployment_order") or []:
         planned = (plan.get("deployments") or {}).get(name)
         if planned is None:
             continue
-        if gateway is not None:
+        if fronted:
             lines += ["== deployment %s ==" % name]
-        lines += deployment(planned) + ([""] if gateway is not None else [])
-    if gateway:
+        lines += deployment(planned) + ([""] if fronted else [])
+    if fronted:
         lines += ["Gateway: on %s, port %d (the cluster's vllm_port), routing by model name:" % (gateway["host"], gateway["port"])]
         lines += ["  %s -> deployment %s at %s" % (r["model"], r["deployment"], r["api_base"]) for r in gateway["routes"]]
+    lines += shared_changes(plan)
     for host, shared in sorted((plan.get("shared_nodes") or {}).items()):
         lines.append("Shared node %s: %s start with %s of %s available, leaving %s (floor %s)" % (
             host, " + ".join("%s %s" % (d, _gib(b)) for d, b in shared["starting"].items()) or "nothing",
@@ -52,6 +54,19 @@ def render(plan):
     for error in plan.get("errors") or []:
         lines.append("ERROR [%s]: %s" % (error["host"], error["message"]))
     lines.append("Verdict: %s" % ("ready to apply" if plan.get("ok") else "refused, nothing will be changed"))
+    return lines
+
+
+def shared_changes(plan):
+    """What the apply step does to the shared containers, when anything."""
+    lines = []
+    for what, key in (("Gateway", "gateway"), ("Prometheus", "monitoring")):
+        section = plan.get(key) or {}
+        if section.get("change", "none") != "none":
+            lines.append("%s on %s: %s %s" % (what, section.get("host"), section["change"], section["container"]["name"]))
+        if section.get("enabled") and key == "monitoring":
+            lines.append("Prometheus on %s (%s): %d vLLM endpoint(s), %d node(s)" % (
+                section["host"], section["url"], section["jobs"]["vllm"], section["jobs"]["spark-nodes"]))
     return lines
 
 

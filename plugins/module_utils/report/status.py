@@ -84,8 +84,8 @@ def node(entry):
 
 
 def report(states, gateway=None):
-    """status.yml's report. ``states``: each deployment's state.yml state by name; ``gateway``: {url, status, models}
-    from the gateway's /v1/models with the clients' key, None when no gateway fronts the deployments. Each deployment is
+    """status.yml's report. ``states``: each deployment's state.yml state by name; ``gateway``: what vllm_endpoint_info
+    found asking the gateway with the clients' key ({url, models, errors}), None when no gateway fronts the deployments. Each deployment is
     reported under its name when a gateway fronts them. Healthy when every deployment is, and the gateway lists every
     model a deployment serves."""
     lines, healthy, served, unhealthy = [], True, [], []
@@ -100,12 +100,12 @@ def report(states, gateway=None):
         unhealthy += one["unhealthy_nodes"]
         served += (state.get("endpoint") or {}).get("models") or []
     missing = [m for m in served if m not in ((gateway or {}).get("models") or [])]
-    if gateway is not None and gateway.get("status") == 200 and not missing:
+    if gateway is not None and not gateway.get("errors") and not missing:
         lines.append("Gateway %s/v1: routes %s" % (gateway.get("url"), ", ".join(gateway.get("models") or [])))
     elif gateway is not None:
         healthy = False
-        lines.append("Gateway %s/v1: NOT OK (%s)" % (gateway.get("url"), "does not list %s" % ", ".join(missing) if gateway.get("status") == 200
-                                                     else "answered %s to /v1/models with the clients' key" % gateway.get("status")))
+        lines.append("Gateway %s/v1: NOT OK (%s)" % (gateway.get("url"), "; ".join(gateway.get("errors") or [])
+                                                     or "does not list %s" % ", ".join(missing)))
     lines.append("Healthy" if healthy else "NOT healthy: run playbooks/serve.yml to restore service%s" % (
         (" (" + ", ".join(sorted(set(unhealthy))) + ")") if unhealthy else ""))
     return {"healthy": healthy, "lines": lines, "unhealthy_nodes": sorted(set(unhealthy))}

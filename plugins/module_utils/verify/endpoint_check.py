@@ -29,8 +29,9 @@ class Client:
             headers["Authorization"] = "Bearer " + self.key
         return headers
 
-    def get(self, path):
-        response = open_url(self.base + path, method="GET", headers=self.headers(), timeout=self.timeout)
+    def get(self, path, keyless=False):
+        headers = {} if keyless else self.headers()
+        response = open_url(self.base + path, method="GET", headers=headers, timeout=self.timeout)
         return response.getcode(), response.read()
 
     def post(self, path, body):
@@ -57,7 +58,7 @@ def wait_ready(params, client, result):
         try:
             if port_open(client.base):
                 stage = "health"
-                code, body = client.get("/health")
+                code, body = client.get(params["health_path"])
                 if code == 200:
                     stage = "models"
                     code, body = client.get("/v1/models")
@@ -71,7 +72,7 @@ def wait_ready(params, client, result):
                         return True
                     last = "/v1/models lists %s, not %s" % (", ".join(names) or "nothing", model)
                 else:
-                    last = "/health answered %d" % code
+                    last = "%s answered %d" % (params["health_path"], code)
             else:
                 last = "port not open"
         except Exception as exc:  # pylint: disable=broad-except
@@ -81,6 +82,21 @@ def wait_ready(params, client, result):
             result["errors"].append("not ready after %d s at %s: %s" % (params["wait"], client.base, last))
             return False
         time.sleep(1)
+
+
+def refused_without_key(client, result):
+    """A client without the key must be refused: /v1/models asked with no Authorization header answers an error and
+    lists nothing (401 or 403 from vLLM; LiteLLM's proxy answers 401, or 500 in some releases)."""
+    try:
+        code = client.get("/v1/models", keyless=True)[0]
+    except Exception as exc:  # pylint: disable=broad-except
+        code = getattr(exc, "code", None)
+        if code is None:
+            result["errors"].append("asked without the key, %s/v1/models failed: %s" % (client.base, getattr(exc, "reason", None) or exc))
+            return
+    result["refused_without_key"] = code >= 400
+    if not result["refused_without_key"]:
+        result["errors"].append("%s/v1/models answered %s to a client without the key; it must refuse it" % (client.base, code))
 
 
 def check_stream(params, client, result):
@@ -149,6 +165,8 @@ ARGUMENT_SPEC = dict(
     model=dict(type="str"),
     api_key=dict(type="str", no_log=True),
     wait=dict(type="int", default=0),
+    health_path=dict(type="str", default="/health"),
+    refused_without_key=dict(type="bool", default=False),
     stream=dict(type="bool", default=True),
     smoke_tests=dict(type="list", elements="dict", default=[]),
     canary=dict(type="dict"),
@@ -163,8 +181,10 @@ def check(params, warn):
     params = dict(params)
     client = Client(params)
     result = {"ready": False, "stage": None, "models": [], "seconds_to_ready": None, "first_token_seconds": None,
-              "first_token": None, "smoke": [], "live": None, "errors": []}
+              "first_token": None, "smoke": [], "live": None, "refused_without_key": None, "errors": []}
     if wait_ready(params, client, result):
+        if params["refused_without_key"]:
+            refused_without_key(client, result)
         result["ready"] = check_stream(params, client, result) if params["stream"] else True
         if result["ready"]:
             run_smoke(params, client, result)

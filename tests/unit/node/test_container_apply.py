@@ -44,8 +44,18 @@ def test_the_simulated_cluster_has_no_gpu_and_no_devices(spec):
 
 
 def test_an_unknown_change_is_refused(spec):
-    with pytest.raises(ValueError, match="change must be one of none, create, start, recreate, restart, got 'rebuild'"):
+    with pytest.raises(ValueError, match="change must be one of none, create, start, recreate, restart, remove, got 'rebuild'"):
         container_apply.docker_container_args(spec, "rebuild")
+
+
+def test_a_shared_container_off_is_removed_by_name_and_one_without_ipc_or_env_is_applied():
+    assert container_apply.docker_container_args({"name": "dgx-spark-gateway"}, "remove") == {"name": "dgx-spark-gateway",
+                                                                                               "state": "absent"}
+    prometheus = {"name": "dgx-spark-prometheus", "image": "prom/prometheus:v2.53.4", "network_mode": "host",
+                  "command": ["--config.file=/etc/prometheus/prometheus.yml"], "volumes": ["/s/config:/etc/prometheus:ro"],
+                  "restart_policy": "unless-stopped", "labels": {"dgx_spark.vllm.managed": "true"}}
+    args = container_apply.docker_container_args(prometheus, "create")
+    assert args["env"] == {} and "ipc_mode" not in args and args["restart_policy"] == "unless-stopped"
 
 
 def test_a_planned_recreate_is_forced_even_when_the_labels_match():

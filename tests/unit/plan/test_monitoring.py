@@ -6,7 +6,7 @@ import http.client
 import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import metrics
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import changes, deployment, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import planner, profiles
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory
 
 from helpers import read_fixture, spark_inputs
@@ -15,15 +15,23 @@ from test_planner import PROFILES
 GIB = 1024 ** 3
 
 
-def plan_with(tmp_path, **given):
+def plan_with(tmp_path, probes=None, settings=None, **given):
+    """The whole plan of a plain inventory (one deployment) with monitoring on."""
     profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
-    return deployment.plan_deployment(spark_inputs(profile, tmp_path, settings={"monitoring": dict({"enabled": True}, **given)}))
+    return planner.make_plan(spark_inputs(profile, tmp_path, settings=dict({"monitoring": dict({"enabled": True}, **given)},
+                                                                           **(settings or {}))), probes=probes)
+
+
+def only(whole):
+    """The one deployment of a plain inventory's plan."""
+    return whole["deployments"][whole["deployment_order"][0]]
 
 
 def test_prometheus_scrapes_vllm_on_the_head_and_each_nodes_figures_on_the_fabric(tmp_path):
-    plan = plan_with(tmp_path)
-    assert plan["ok"], plan["errors"]
-    watched = plan["cluster"]["monitoring"]
+    whole = plan_with(tmp_path)
+    assert whole["ok"], whole["errors"]
+    plan, watched = only(whole), whole["monitoring"]
+    assert watched["host"] == plan["head"] == "spark1"
     jobs = {job["job_name"]: job for job in watched["files"]["prometheus.yml"]["scrape_configs"]}
     assert jobs["vllm"]["static_configs"] == [{"targets": [plan["cluster"]["endpoint"]["local_address"]]}]
     assert [(c["targets"], c["labels"]["node"]) for c in jobs["spark-nodes"]["static_configs"]] == [
@@ -42,8 +50,9 @@ def test_prometheus_scrapes_vllm_on_the_head_and_each_nodes_figures_on_the_fabri
 
 
 def test_the_rules_name_the_plans_floor_and_limit_and_fire_after_alert_for(tmp_path):
-    plan = plan_with(tmp_path, alert_for="2m", kv_cache_full=0.9)
-    rules = {r["alert"]: r for r in plan["cluster"]["monitoring"]["files"]["rules.yml"]["groups"][0]["rules"]}
+    whole = plan_with(tmp_path, alert_for="2m", kv_cache_full=0.9)
+    plan = only(whole)
+    rules = {r["alert"]: r for r in whole["monitoring"]["files"]["rules.yml"]["groups"][0]["rules"]}
     assert set(rules) == {"VllmEndpointDown", "SparkNodeMetricsDown", "VllmKvCacheFull", "SparkMemAvailableLow", "SparkPinnedMemory"}
     assert {r["for"] for r in rules.values()} == {"2m"}
     assert rules["VllmEndpointDown"]["expr"] == 'up{job="vllm"} == 0'
@@ -54,17 +63,16 @@ def test_the_rules_name_the_plans_floor_and_limit_and_fire_after_alert_for(tmp_p
 
 
 def test_a_changed_setting_moves_the_containers_hash(tmp_path):
-    first = plan_with(tmp_path)["cluster"]["monitoring"]["container"]["labels"]["dgx_spark.vllm.config_hash"]
-    again = plan_with(tmp_path)["cluster"]["monitoring"]["container"]["labels"]["dgx_spark.vllm.config_hash"]
-    other = plan_with(tmp_path, scrape_interval="5s")["cluster"]["monitoring"]["container"]["labels"]["dgx_spark.vllm.config_hash"]
+    first = plan_with(tmp_path)["monitoring"]["container"]["labels"]["dgx_spark.vllm.config_hash"]
+    again = plan_with(tmp_path)["monitoring"]["container"]["labels"]["dgx_spark.vllm.config_hash"]
+    other = plan_with(tmp_path, scrape_interval="5s")["monitoring"]["container"]["labels"]["dgx_spark.vllm.config_hash"]
     assert first == again != other
 
 
 def test_monitoring_off_plans_nothing_and_opens_no_port(tmp_path):
-    profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
-    plan = deployment.plan_deployment(spark_inputs(profile, tmp_path))
-    assert plan["ok"] and not plan["cluster"]["monitoring"]["enabled"] and plan["cluster"]["monitoring"]["change"] == "none"
-    for node in plan["nodes"].values():
+    whole = plan_with(tmp_path, enabled=False)
+    assert whole["ok"] and not whole["monitoring"]["enabled"] and whole["monitoring"]["change"] == "none"
+    for node in only(whole)["nodes"].values():
         assert node["boot"]["config"]["metrics"] is None
         assert "9101" not in node["firewall"]["ports"]
 
@@ -143,25 +151,32 @@ def test_the_supervisor_serves_metrics_where_the_plan_says_and_stops_when_it_no_
 
 
 def test_with_the_supervisor_off_prometheus_scrapes_vllm_only_and_says_so(tmp_path):
-    profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
-    plan = deployment.plan_deployment(spark_inputs(profile, tmp_path, settings={"monitoring": {"enabled": True}, "boot_start": False}))
-    assert plan["ok"], plan["errors"]
-    assert plan["cluster"]["monitoring"]["jobs"] == {"vllm": 1, "spark-nodes": 0}
+    whole = plan_with(tmp_path, settings={"boot_start": False})
+    plan = only(whole)
+    assert whole["ok"], whole["errors"]
+    assert whole["monitoring"]["jobs"] == {"vllm": 1, "spark-nodes": 0}
     assert any("Prometheus scrapes vLLM only" in w for w in plan["warnings"])
     for node in plan["nodes"].values():
         assert node["boot"]["config"]["metrics"] is None and "9101" not in node["firewall"]["ports"]
 
 
 def test_the_plan_says_whether_the_head_needs_prometheus_applied_or_removed(tmp_path):
-    plan = plan_with(tmp_path)
-    planned = plan["cluster"]["monitoring"]
-    assert planned["change"] == "apply"  # nothing runs on the head yet
+    planned = plan_with(tmp_path)["monitoring"]
+    assert planned["change"] == "create"  # the head was not probed: what a first run does
+
+    def head_runs(*containers):
+        return {"dgx-spark": {"spark1": {"containers": list(containers)}}}
+
     running = {"name": "dgx-spark-prometheus", "state": "running", "labels": dict(planned["container"]["labels"])}
-    assert changes.monitoring_change(planned, {"containers": [running]}) == "none"
-    assert changes.monitoring_change(planned, {"containers": [dict(running, state="exited")]}) == "apply"
+    assert plan_with(tmp_path, head_runs())["monitoring"]["change"] == "create"
+    assert plan_with(tmp_path, head_runs(running))["monitoring"]["change"] == "none"
+    assert plan_with(tmp_path, head_runs(dict(running, state="exited")))["monitoring"]["change"] == "start"
     moved = dict(running, labels=dict(running["labels"], **{"dgx_spark.vllm.config_hash": "other"}))
-    assert changes.monitoring_change(planned, {"containers": [moved]}) == "apply"
-    off = {"enabled": False, "container": {"name": "dgx-spark-prometheus"}}
-    assert changes.monitoring_change(off, {"containers": [running]}) == "remove"
+    assert plan_with(tmp_path, head_runs(moved))["monitoring"]["change"] == "recreate"
+    assert plan_with(tmp_path, head_runs(running), enabled=False)["monitoring"]["change"] == "remove"
     foreign = {"name": "dgx-spark-prometheus", "state": "running", "labels": {}}
-    assert changes.monitoring_change(off, {"containers": [foreign]}) == "none"  # not ours: never touched
+    refused = plan_with(tmp_path, head_runs(foreign))  # not ours: never touched, and the plan says why
+    assert not refused["ok"] and "a container named dgx-spark-prometheus runs here but was not made by this collection" \
+        in refused["errors"][0]["message"]
+    left = plan_with(tmp_path, head_runs(foreign), enabled=False)  # off: nothing of ours to run there, so nothing to refuse
+    assert left["ok"] and left["monitoring"]["change"] == "none"

@@ -133,13 +133,24 @@ def test_a_deployment_error_names_its_deployment(tmp_path):
     assert not [m for m in messages(plan) if m.startswith("deployment chat:")]
 
 
-def test_monitoring_is_refused_with_several_deployments_rather_than_run_twice(tmp_path):
+def test_one_prometheus_watches_every_deployment_and_each_node_is_scraped_once(tmp_path):
     plan = fleet_plan(tmp_path, monitoring={"enabled": True})
-    assert messages(plan) == ["vllm_monitoring does not watch several deployments yet (each would start its own Prometheus "
-                              "on the same ports); set vllm_monitoring: false with vllm_deployments"]
-    # a plan's refusal, not the list's: teardown and status still name every deployment
+    assert plan["ok"], messages(plan)
+    watched = plan["monitoring"]
+    assert watched["host"] == "spark1" and watched["container"]["name"] == "dgx-spark-prometheus"
+    jobs = {job["job_name"]: job for job in watched["files"]["prometheus.yml"]["scrape_configs"]}
+    chat, coder = (plan["deployments"][n]["cluster"]["endpoint"] for n in ("chat", "coder"))
+    assert jobs["vllm"]["static_configs"] == [{"targets": [chat["local_address"], coder["local_address"]]}]
+    assert watched["jobs"] == {"vllm": 2, "spark-nodes": 2}
+    # the two deployments share both nodes: the first placed there serves each node's figures, the other does not
+    for name in ("spark1", "spark2"):
+        assert plan["deployments"]["chat"]["nodes"][name]["boot"]["config"]["metrics"]["port"] == 9101
+        assert plan["deployments"]["coder"]["nodes"][name]["boot"]["config"]["metrics"] is None
+        assert "9101" in plan["deployments"]["chat"]["nodes"][name]["firewall"]["ports"]
+        assert "9101" not in plan["deployments"]["coder"]["nodes"][name]["firewall"]["ports"]
     paths = planner.paths(cluster(tmp_path, monitoring={"enabled": True}), copy.deepcopy(TWO))
     assert paths["ok"] and paths["deployment_order"] == ["chat", "coder"]
+    assert paths["shared"]["containers"] == ["dgx-spark-gateway", "dgx-spark-prometheus"]
 
 
 def test_a_new_key_for_one_deployment_restarts_only_that_deployment_and_the_gateway(tmp_path):
@@ -203,13 +214,13 @@ def test_teardown_and_status_name_each_deployment_and_the_gateway_without_profil
     coder = paths["deployments"]["coder"]
     assert coder["cluster"]["name"] == "dgx-spark-coder" and coder["nodes"]["spark2"]["containers"]["ray"] == "dgx-spark-coder-ray-spark2"
     assert coder["cluster"]["endpoint"]["url"].endswith(":8002")
-    assert paths["gateway"]["container"] == "dgx-spark-gateway" and paths["gateway"]["host"] == "spark1"
-    assert paths["gateway"]["url"].endswith(":8000")
+    assert paths["shared"]["containers"][0] == "dgx-spark-gateway" and paths["shared"]["host"] == "spark1"
+    assert paths["shared"]["gateway"]["url"].endswith(":8000") and paths["shared"]["gateway"]["enabled"]
     # the same names the full plan gives
     full = fleet_plan(tmp_path)
     assert full["deployments"]["coder"]["nodes"]["spark2"]["containers"][0]["name"] == "dgx-spark-coder-ray-spark2"
-    assert full["gateway"]["container"]["name"] == paths["gateway"]["container"]
-    assert full["gateway"]["folder"] == paths["gateway"]["folder"]
+    assert full["gateway"]["container"]["name"] == paths["shared"]["containers"][0]
+    assert full["gateway"]["folder"] == paths["shared"]["folders"][0]
     bad = planner.paths(inputs, [{"name": "Bad_Name", "profile": "sim_tiny", "nodes": "spark_cluster"}])
     assert not bad["ok"] and "Bad_Name" in bad["errors"][0]["message"]
 

@@ -84,7 +84,7 @@ def test_restore_variables_land_where_the_preflight_role_puts_them():
 
     with open(os.path.join(ROOT, "roles", "preflight", "defaults", "main.yml"), encoding="utf-8") as handle:
         defaults = yaml.safe_load(handle)
-    slots = {"settings": defaults["preflight_inventory_settings"], "overrides": defaults["preflight_inventory_overrides"],
+    slots = {"settings": defaults["preflight_settings"], "overrides": defaults["preflight_overrides"],
              "extra_flags": {None: defaults["preflight_extra_flags"]}, "extra_env": {None: defaults["preflight_extra_env"]}}
     for variable, (section, key) in profiles.RESTORE_VARIABLES.items():
         assert variable in str(slots[section][key]), (variable, section, key)

@@ -4,7 +4,7 @@ from the seed profiles."""
 import json
 import os
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot, deployment, profiles, records
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot, deployment, planner, profiles, records
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import upgrade
 
 from helpers import ROOT, spark_inputs
@@ -48,13 +48,16 @@ def test_a_rollback_plans_the_recorded_deployment_by_its_kept_image_whatever_was
                        "backend": "ray", "overrides": {"max_model_len": 65536},
                        "extra_flags": {"--enable-prefix-caching": True}, "extra_env": {}}
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
-    inputs = spark_inputs(m25, tmp_path)  # what the preflight role passes with preflight_restore set
-    inputs["settings"]["image"] = restore["image"]
-    inputs["overrides"], inputs["extra_flags"] = restore["overrides"], restore["extra_flags"]
+    inputs = spark_inputs(m25, tmp_path)  # the inventory asks for another image and other flags: the record wins
+    inputs["settings"]["image"], inputs["overrides"] = "vllm-local:broken", {"max_model_len": 4096}
+    inputs["extra_flags"] = {"--max-num-seqs": 4}
     inputs["image_info"] = dict(inputs["image_info"], id=OLD_ID)
-    again = deployment.plan_deployment(inputs)
+    whole = planner.make_plan(inputs, restore={"dgx-spark": restore})
+    again = whole["deployments"]["dgx-spark"]
+    assert whole["ok"] and again["cluster"]["image"] == restore["image"] and again["extra_flags"] == restore["extra_flags"]
     assert recorded["serve_config_hash"] == again["cluster"]["serve_config_hash"]
     assert recorded["cluster_hash"] == again["cluster"]["hash"]  # the same deployment, by another name of its image
+    assert planner.make_plan(inputs)["deployments"]["dgx-spark"]["cluster"]["image"] == "vllm-local:broken"
     from_file = dict(recorded, profile_file="/srv/profiles/mine.yml")
     assert records.restore(from_file)["profile"] == "" and records.restore(from_file)["profile_file"] == "/srv/profiles/mine.yml"
 

@@ -21,7 +21,8 @@ def test_a_plain_inventory_is_one_deployment_named_after_the_cluster_and_planned
     inputs = spark_inputs(m25(), tmp_path, settings={"cluster_name": "lab"})
     whole = planner.make_plan(copy.deepcopy(inputs))
     assert whole["deployment_order"] == ["lab"] and list(whole["deployments"]) == ["lab"]
-    assert whole["gateway"] is None and whole["shared_nodes"] == {} and whole["head"] == "spark1"
+    assert not whole["gateway"]["enabled"] and whole["gateway"]["change"] == "none"  # present, off: one deployment
+    assert whole["shared_nodes"] == {} and whole["head"] == "spark1"
     assert whole["deployments"]["lab"] == deployment.plan_deployment(copy.deepcopy(inputs))  # the same plan, field for field
     one = whole["deployments"]["lab"]
     assert one["nodes"]["spark1"]["containers"][0]["name"] == "lab-ray-spark1"  # the names and ports it always had
@@ -56,7 +57,7 @@ def test_each_deployment_takes_its_probe_facts_by_its_name(tmp_path):
 def test_the_paths_have_the_same_shape_and_names(tmp_path):
     inputs = spark_inputs(m25(), tmp_path)
     paths = planner.paths(inputs)
-    assert paths["ok"] and paths["deployment_order"] == ["dgx-spark"] and paths["gateway"] is None
+    assert paths["ok"] and paths["deployment_order"] == ["dgx-spark"] and not paths["shared"]["gateway"]["enabled"]
     assert paths["deployments"]["dgx-spark"]["nodes"]["spark2"]["containers"]["ray"] == "dgx-spark-ray-spark2"
     assert paths["api_key_file"] == paths["deployments"]["dgx-spark"]["cluster"]["endpoint"]["api_key_file"]
     assert paths["reports"]["plan"] == planner.make_plan(inputs)["reports"]["plan"]

@@ -13,7 +13,7 @@ PROFILES = os.path.join(ROOT, "profiles")
 def test_the_text_names_nodes_commands_memory_deviations_and_the_verdict(tmp_path):
     profile = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [PROFILES]))
     plan = planner.make_plan(spark_inputs(profile, tmp_path))
-    assert plan["deployment_order"] == ["dgx-spark"] and plan["gateway"] is None  # the whole cluster, one deployment
+    assert plan["deployment_order"] == ["dgx-spark"] and not plan["gateway"]["enabled"]  # the whole cluster, one deployment
     text = "\n".join(render.render(plan))
     assert text.startswith("Plan: profile minimax_m25_nvfp4_ep, backend ray, 2 node(s), TP=2")
     assert "spark1, container dgx-spark-ray-spark1: ray start --head" in text

@@ -45,13 +45,14 @@ def test_one_deployment_without_a_gateway_is_reported_as_itself():
 
 def test_several_deployments_are_each_reported_and_the_gateway_must_list_every_model():
     states = {"chat": one(["sim-tiny"]), "coder": one(["sim-tiny-ring"])}
-    healthy = status.report(states, {"url": "http://h:8000", "status": 200, "models": ["sim-tiny", "sim-tiny-ring"]})
+    healthy = status.report(states, {"url": "http://h:8000", "errors": [], "models": ["sim-tiny", "sim-tiny-ring"]})
     assert healthy["healthy"] and healthy["lines"][0] == "Deployment chat (head a):" and "  Healthy" in healthy["lines"]
     assert healthy["lines"][-2:] == ["Gateway http://h:8000/v1: routes sim-tiny, sim-tiny-ring", "Healthy"]
-    missing = status.report(states, {"url": "http://h:8000", "status": 200, "models": ["sim-tiny"]})
+    missing = status.report(states, {"url": "http://h:8000", "errors": [], "models": ["sim-tiny"]})
     assert not missing["healthy"] and missing["lines"][-2] == "Gateway http://h:8000/v1: NOT OK (does not list sim-tiny-ring)"
     down = status.report({"chat": one(["sim-tiny"]), "coder": one([], ready=False, container_state="exited")},
-                         {"url": "http://h:8000", "status": 200, "models": ["sim-tiny", "sim-tiny-ring"]})
+                         {"url": "http://h:8000", "errors": [], "models": ["sim-tiny", "sim-tiny-ring"]})
     assert not down["healthy"] and down["unhealthy_nodes"] == ["a"]
-    gone = status.report(states, {"url": "http://h:8000", "status": -1, "models": []})
-    assert gone["lines"][-2] == "Gateway http://h:8000/v1: NOT OK (answered -1 to /v1/models with the clients' key)"
+    gone = status.report(states, {"url": "http://h:8000", "models": [], "errors": [
+        "not ready after 0 s at http://h:8000: port not open"]})  # what vllm_endpoint_info says of a gateway that is gone
+    assert gone["lines"][-2] == "Gateway http://h:8000/v1: NOT OK (not ready after 0 s at http://h:8000: port not open)"

@@ -1,0 +1,27 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters of bench.yml: the sweep and its rows. Thin adapters of module_utils/plan/bench.py and
+module_utils/report/bench.py; each is documented beside this file (``ansible-doc -t filter dgx_spark.vllm.<name>``)."""
+
+from __future__ import annotations
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import bench
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import bench as bench_results
+
+
+def bench_sweep(bench_target, given, stamp, reports_dir):
+    """bench.yml's sweep: {config, points (each with its argv and result file), errors, dirs}."""
+    return bench.sweep(bench_target, given, stamp, reports_dir)
+
+
+def bench_rows(points_run, results, runs, deployment):
+    """One row per point from its slurped result file, or a failed row saying why."""
+    return bench_results.rows(points_run, results, runs, deployment)
+
+
+class FilterModule:
+    """dgx_spark.vllm's bench filters."""
+
+    def filters(self):
+        return {"bench_sweep": bench_sweep, "bench_rows": bench_rows}

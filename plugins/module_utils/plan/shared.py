@@ -1,0 +1,130 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the deployments share, on the first deployment's head: the gateway in front of them and one Prometheus that
+watches them all. Pure; no I/O.
+
+Both are planned containers like any other (module_utils/plan/labels.py marks them ours; the container module applies
+them): each carries a config hash over what it reads, and the probe of its host says whether it runs with that hash,
+so a run that changes nothing asks nothing of it. Whatever the inventory lists, both sections are in the plan, on or
+off: a plain inventory is one deployment with the gateway off (vllm_gateway) and Prometheus on or off
+(vllm_monitoring), as with several. One that is off and still runs (ours) is removed; one of that name that is not
+ours is refused before anything changes.
+
+- The gateway (LiteLLM's proxy, module_utils/plan/gateway.py): one route per served model name to its deployment's
+  endpoint, on the cluster's own vllm_port (the URL clients knew stays theirs). Each route names the controller's file
+  of its deployment's key, never a key; the config hash covers the routes and a digest of every key, so a new key or
+  route recreates it and nothing else does.
+- Prometheus (module_utils/plan/monitoring.py): every deployment's vLLM and every node's figures, served by one
+  supervisor per node (placement.figures_nodes: the first deployment placed there).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import gateway as gateway_utils, monitoring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels as container_labels
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nodes as nodes_check
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import digest, endpoint_url, node_paths
+
+GIB = 1024 ** 3
+
+# The gateway answers its liveness here without a key (LiteLLM's /health asks every backend, with the key).
+GATEWAY_HEALTH = "/health/liveliness"
+
+
+def gateway_on(settings, count):
+    """Whether the gateway runs in front of ``count`` deployments (vllm_gateway, or two or more)."""
+    return gateway_utils.enabled((settings.get("gateway") or {}).get("enabled"), count)
+
+
+def place(settings, head, endpoint):
+    """Where the shared containers run and how the gateway answers: the first deployment's head, their names and
+    folders, the gateway's URL (the first deployment's endpoint moved to the cluster's own port). The plan and the
+    playbooks that run without a profile (planner.paths) both name them from here."""
+    advertised = urlsplit(endpoint.get("url") or "http://%s" % (endpoint.get("bind_address") or "0.0.0.0")).hostname
+    state_dir = node_paths(settings, head, None)["state_dir"]
+    return {"host": head, "container": "%s-gateway" % settings["cluster_name"], "folder": state_dir + "/gateway",
+            "monitoring_container": monitoring.container_name(settings["cluster_name"]), "monitoring_folder": state_dir + "/monitoring",
+            "url": endpoint_url(settings, advertised)}
+
+
+def change(spec, enabled, probed, findings, host):
+    """What the apply step does to a shared container: none, create, start, recreate (nodes.container_change), or
+    remove (off, and one of ours runs). One of that name that is not ours is left alone, and refused when ours must run
+    there."""
+    found = [c for c in probed or [] if c.get("name") == spec["name"]]
+    if found and not container_labels.ours(found[0]):
+        if enabled:
+            findings.error(host, spec["name"], "%s: a container named %s runs here but was not made by this collection; it "
+                           "is left alone. Remove or rename it (docker rm -f %s), then run again" % (host, spec["name"], spec["name"]))
+        return "none"
+    if not enabled:
+        return "remove" if found else "none"
+    if probed is None:  # not probed (an offline plan): what a first run does
+        return "create"
+    return nodes_check.container_change(spec, probed)
+
+
+def backend_address(entry, first_head, endpoint):
+    """A deployment's vLLM as the shared host reaches it: where vLLM binds on the same head, its URL's host elsewhere."""
+    return endpoint.get("local_address", "") if entry["head"] == first_head else urlsplit(endpoint.get("url", "")).netloc
+
+
+def gateway(entries, plans, settings, key_digests, probed, findings):
+    """The gateway section: on or off, its routes, its container and what the apply step does to it."""
+    first = entries[0]
+    routes = []
+    for entry in entries:
+        plan = plans.get(entry["name"]) or {}
+        endpoint = (plan.get("cluster") or {}).get("endpoint") or {}
+        model = plan.get("model") or {}
+        base = "http://" + backend_address(entry, first["head"], endpoint)
+        routes.append({"model": model.get("served_name") or model.get("id"), "deployment": entry["name"], "api_base": base + "/v1",
+                       "health_url": base + "/health", "api_key_file": endpoint.get("api_key_file"), "head": entry["head"]})
+    endpoint = ((plans.get(first["name"]) or {}).get("cluster") or {}).get("endpoint") or {}
+    where = place(settings, first["head"], endpoint)
+    given = settings.get("gateway") or {}
+    image = given.get("image") or "dgx-spark-vllm/litellm:%s" % gateway_utils.LITELLM_VERSION
+    interval = int(given.get("health_check_interval") or gateway_utils.DEFAULTS["health_check_interval"])
+    config_file = where["folder"] + "/config.yaml"
+    spec = gateway_utils.container(where["container"], image, endpoint.get("bind_address") or "0.0.0.0", settings["port"],
+                                   config_file, container_labels.labels(settings["cluster_name"], first["head"], "gateway"))
+    spec["labels"][container_labels.CONFIG_HASH] = digest({"container": spec, "routes": routes, "interval": interval,
+                                                           "keys": sorted((k, v) for k, v in (key_digests or {}).items())})
+    enabled = gateway_on(settings, len(entries))
+    return {"enabled": enabled, "host": where["host"], "port": settings["port"], "url": where["url"], "api_url": where["url"] + "/v1",
+            "health_path": GATEWAY_HEALTH, "folder": where["folder"], "config_file": config_file,
+            "client_key_file": settings.get("api_key_file"), "health_check_interval": interval, "container": spec,
+            "routes": routes, "change": change(spec, enabled, probed, findings, where["host"])}
+
+
+def watched(entries, plans, settings, inputs, probed, findings):
+    """The monitoring section: one Prometheus on the first deployment's head, scraping every deployment's vLLM and
+    every node's figures (where a supervisor serves them), with the alert rules of the strictest floor."""
+    config = settings["monitoring"]
+    first = entries[0]
+    where = place(settings, first["head"], ((plans.get(first["name"]) or {}).get("cluster") or {}).get("endpoint") or {})
+    targets = [backend_address(e, first["head"], ((plans.get(e["name"]) or {}).get("cluster") or {}).get("endpoint") or {})
+               for e in entries]
+    hosts = [h for h in inputs.get("order") or [] if any(h in e["hosts"] for e in entries)]
+    nodes = [(h, str(inputs["nodes"][h].get("fabric_ip"))) for h in hosts if monitoring.nodes_served(settings)]
+    floor = max([((plans.get(e["name"]) or {}).get("cluster") or {}).get("memory", {}).get("headroom_floor_bytes") or 0
+                 for e in entries] or [0])
+    section = monitoring.plan(config, settings["cluster_name"], where["monitoring_folder"], targets, nodes, floor,
+                              int(float(settings["unaccounted_limit_gib"]) * GIB),
+                              container_labels.labels(settings["cluster_name"], first["head"], "prometheus"))
+    section.update(host=where["host"], change=change(section["container"], config["enabled"], probed, findings, where["host"]))
+    return section
+
+
+def paths(settings, first_head, endpoint, count):
+    """What teardown.yml and status.yml know of the shared containers without a profile: where they run, the gateway's
+    URL and key, and what the whole cluster's teardown removes with them (their containers, ours only, and the
+    gateway's folder, which holds every key)."""
+    where = place(settings, first_head, endpoint)
+    return {"host": where["host"], "cluster": settings["cluster_name"],
+            "containers": [where["container"], where["monitoring_container"]], "folders": [where["folder"]],
+            "gateway": {"enabled": gateway_on(settings, count), "url": where["url"], "api_key_file": settings.get("api_key_file"),
+                        "health_path": GATEWAY_HEALTH}}
