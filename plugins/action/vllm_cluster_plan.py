@@ -18,7 +18,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import placement, planner, profiles
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import DEFAULT_SETTINGS
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import DEFAULT_SETTINGS, normalize_settings
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import node_order
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
 
@@ -56,7 +56,9 @@ def inventory_nodes(task_vars, args):
     for host in order:
         values = hostvars.get(host, {})
         nodes[host] = dict(fabric_ip=values.get("spark_fabric_ip"), fabric_interfaces=values.get("spark_fabric_interfaces") or None,
-                           ansible_host=values.get("ansible_host") or host)
+                           ansible_host=values.get("ansible_host") or host,
+                           # who the head's ssh to this node's fabric address logs in as (the image stream)
+                           ssh_user=values.get("image_ssh_user") or values.get("ansible_user") or None)
     return groups, heads, order, nodes
 
 
@@ -101,7 +103,7 @@ class ActionModule(ActionBase):
         else:
             profile, warnings = self.profile(dict(args, **{k: whole[k] for k in ("profile", "profile_file")}) if whole else args)
             profiles_of, errors = {}, []
-        cluster_key = (args["settings"] or {}).get("api_key_file")
+        cluster_key = normalize_settings(args["settings"])["api_key_file"]
         digests = {item.get("name"): key_digest(placement.key_file(cluster_key, item.get("name")))
                    for item in listed or [] if isinstance(item, dict) and item.get("name")}
         plan = planner.make_plan(self.inputs(args, task_vars, profile), args["stage"], listed, profiles_of,
@@ -166,7 +168,7 @@ class ActionModule(ActionBase):
             "weights_bytes": args["weights_bytes"],
             "image_info": None,
             # A new API key restarts vLLM (it reads the key at launch); the plan holds a digest of it, never the key.
-            "api_key_digest": key_digest((args["settings"] or {}).get("api_key_file")),
+            "api_key_digest": key_digest(normalize_settings(args["settings"])["api_key_file"]),
         }
 
     def answer(self, result, args, plan, text):

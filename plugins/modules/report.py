@@ -40,12 +40,19 @@ options:
     description: What to write.
     type: raw
     required: true
+  volatile:
+    description:
+      - Top-level keys of O(data) that move on every run (a timing). A file that differs from O(data) only in them is not
+        written again.
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
 - name: Write the plan as JSON
   dgx_spark.vllm.report:
-    path: "{{ inventory_dir }}/.artifacts/plan.json"
+    path: "{{ planned.plan.reports.plan }}"
     data: "{{ planned.plan }}"
 """
 

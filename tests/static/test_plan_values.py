@@ -32,10 +32,11 @@ LABEL_KEY = re.compile(r"dgx_spark\.vllm\.(managed|cluster|node|role|config_hash
 BESIDE_AFTER = re.compile(r"^(/|:\d|:/|\.[A-Za-z]|-[a-z])")
 BESIDE_BEFORE = re.compile(r"(/|://|[A-Za-z0-9]\.|[a-z]-|=)$")
 # In a message, what a person reads: only a path built from parts is a derived value there.
-PATH_AFTER = re.compile(r"^/\w")
+PATH_AFTER = re.compile(r"^/[A-Za-z_][\w.-]+")
 PATH_BEFORE = re.compile(r"\w/$")
-# Paths that are no value of any plan: the password lookup's way to make a secret without storing it.
-ALLOWED_PATHS = ("/dev/null",)
+# Paths that are no value of any plan: the password lookup's way to make a secret without storing it, and the
+# kernel's own trees, where the probes read unless the inventory points them elsewhere (spark_probe_*).
+ALLOWED_PATHS = ("/dev/null", "/proc", "/sys")
 
 
 def files():
@@ -62,8 +63,9 @@ def defined_names():
     """What the collection's plays and tasks define (vars, registers, facts, loop variables), role defaults and argument
     specs, and the inventory variables docs/inventory.md documents."""
     names = set(MAGIC)
-    for path in glob.glob(os.path.join(ROOT, "roles", "*", "defaults", "*.yml")):
-        names.update((yaml.safe_load(open(path, encoding="utf-8")) or {}).keys())
+    for path in glob.glob(os.path.join(ROOT, "roles", "*", "defaults", "*.yml")) + glob.glob(os.path.join(ROOT, "awx", "*.yml")):
+        with open(path, encoding="utf-8") as handle:  # awx/'s injectors are AWX's templates, tagged !unsafe
+            names.update(re.findall(r"^([a-z][a-z0-9_]*):", handle.read(), re.M))
     for path in glob.glob(os.path.join(ROOT, "roles", "*", "meta", "argument_specs.yml")):
         for spec in (yaml.safe_load(open(path, encoding="utf-8")) or {}).get("argument_specs", {}).values():
             names.update((spec.get("options") or {}).keys())
@@ -194,7 +196,7 @@ def test_the_documented_defaults_are_the_planners():
     with open(os.path.join(ROOT, "roles", "preflight", "defaults", "main.yml"), encoding="utf-8") as handle:
         settings = yaml.safe_load(handle)["preflight_settings"]
     with open(os.path.join(ROOT, "roles", "preflight", "meta", "argument_specs.yml"), encoding="utf-8") as handle:
-        options = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+        options = yaml.safe_load(handle)["argument_specs"]["inventory"]["options"]
     checked = 0
     for key, template in settings.items():
         match = re.match(r"\{\{ (\w+) \| default\(none\) \}\}$", str(template))

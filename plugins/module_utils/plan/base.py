@@ -46,7 +46,8 @@ DEFAULT_SETTINGS = {
     "ray_port": RAY_PORT,
     "master_port": MASTER_PORT,
     "ray_ports_offset": 0,              # moves every port Ray pins: another deployment on the node (fleet.py)
-    "api_key_file": None,
+    "inventory_dir": None,      # the inventory's folder on the controller: its .secrets and .artifacts are beside it
+    "api_key_file": None,       # None: <inventory_dir>/.secrets/vllm_api_key, mode 0600
     "artifacts_dir": None,      # the controller's folder for plan.json, summary.json and the logs
     "memory_headroom_floor_gib": None,  # None: the profile's memory.headroom_floor_bytes, else the planner's floor
     "require_nvidia_runtime": None,     # None: required unless simulated
@@ -86,6 +87,9 @@ def normalize_settings(given):
         settings[key] = truthy(settings[key])
     settings["require_nvidia_runtime"] = (not settings["simulated"] if settings["require_nvidia_runtime"] in (None, "")
                                           else truthy(settings["require_nvidia_runtime"]))
+    if settings["inventory_dir"]:  # the controller's copy of the key and its reports, beside the inventory
+        settings["api_key_file"] = settings["api_key_file"] or settings["inventory_dir"].rstrip("/") + "/.secrets/vllm_api_key"
+        settings["artifacts_dir"] = settings["artifacts_dir"] or settings["inventory_dir"].rstrip("/") + "/.artifacts"
     return settings
 
 
@@ -140,6 +144,11 @@ def node_paths(settings, node, model_id):
         "image_info_cache": state + "/image-info",
         "fetch_script": state + "/bin/fetch_model.py",
         "fetch_log": state + "/logs/model-fetch.log",
+        "hf_home": models + "/huggingface",      # the Hugging Face cache the containers read (HF_HOME=/models/huggingface)
+        "vllm_log": state + "/logs/vllm.log",    # the head's vLLM log, as the node sees it
+        "build_dir": state + "/build",           # the image role's build context on the head
+        "build_dockerfile": state + "/build/Dockerfile",
+        "build_ca_bundle": state + "/build/ca-bundle.crt",
         "hf_token_file": state + "/secrets/hf_token",
         "rsync_config": state + "/run/rsyncd.conf",
         "rsync_pid": state + "/run/rsyncd.pid",

@@ -7,9 +7,10 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, flags as flag_utils, labels as container_labels
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, MODELS_MOUNT, STATE_MOUNT
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, MODELS_MOUNT, node_paths, STATE_MOUNT
 
 OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for plasma otherwise
 LAUNCHER = STATE_MOUNT + "/bin/vllm-serve"
@@ -197,3 +198,37 @@ def model_fetch_argv(inputs, name, paths, model_id, revision):
     if settings["model_verify_checksums"]:
         argv.append("--checksums")
     return argv
+
+
+# A container keeps the folder it was started with: when the models folder is deleted and made again, a running
+# container still sees the old one (empty) and vLLM finds no weights, however complete the new folder is. This names
+# each running container of the deployment on the node that sees another folder than the node's.
+STALE_MODELS = ('folder=$(stat -c %i "$1") || exit 0; mount=$2; shift 2; '
+                'for c in $(docker ps --quiet "$@"); do '
+                'seen=$(docker exec "$c" stat -c %i "$mount" 2>/dev/null) || continue; '
+                '[ "$seen" = "$folder" ] || docker inspect --format "{{.Name}}" "$c" | sed "s,^/,,"; done')
+
+
+def stale_models_argv(settings, name, paths):
+    """What names the deployment's running containers on node ``name`` that see a models folder replaced since."""
+    filters = [a for f in container_labels.filters(settings["cluster_name"], name) for a in ("--filter", f)]
+    return ["sh", "-c", STALE_MODELS, "sh", paths["models_dir"], MODELS_MOUNT] + filters
+
+
+def rsync_daemon(paths):
+    """The head's rsync daemon for the model copy: its start (a daemon a failed run left is stopped first) and its stop
+    (the copy's one-time secret removed with it)."""
+    pid, config, secrets = (shlex.quote(paths[k]) for k in ("rsync_pid", "rsync_config", "rsync_secrets"))
+    stop = 'pid=%s; if [ -s "$pid" ]; then kill "$(cat "$pid")" 2>/dev/null; sleep 1; rm -f "$pid"; fi' % pid
+    return {"start": ["sh", "-c", "%s; rsync --daemon --config=%s" % (stop, config)],
+            "stop": ["sh", "-c", "%s; rm -f %s" % (stop, secrets)]}
+
+
+def image_stream(settings, head, name, fabric_ip, ssh_user):
+    """How the head streams the image to worker ``name`` over the fast link (fact 14): ``docker save`` into ``docker
+    load`` over SSH to the worker's fabric address, ``dd`` counting the bytes into a file on the head the wait reads."""
+    progress = "%s/run/image-stream-to-%s.progress" % (node_paths(settings, head, None)["state_dir"], name)
+    target = "%s@%s" % (ssh_user, fabric_ip) if ssh_user else fabric_ip
+    return {"progress_file": progress, "target": target,
+            "cmd": "set -o pipefail && docker save %s | dd bs=4M status=progress 2>%s | ssh -o BatchMode=yes %s docker load"
+                   % (shlex.quote(settings["image"] or ""), shlex.quote(progress), shlex.quote(target))}

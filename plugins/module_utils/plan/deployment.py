@@ -190,6 +190,7 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
         "name": settings["cluster_name"], "image": settings["image"], "image_id": image.get("id"), "vllm_version": image.get("version"),
         "kept_image": records.kept_tag(settings["cluster_name"], image.get("id")), "images_kept": settings["images_kept"],
         "kept_reference": records.kept_reference(settings["cluster_name"]),
+        "kept_list_argv": records.kept_list_argv(settings["cluster_name"]),
         "transport": "roce" if use_roce else "socket", "nccl_strict": bool(settings["nccl_strict"] and use_roce),
         "expected_ray_nodes": len(order) if backend == "ray" else None,
         "expected_ray_gpus": len(order) * settings["gpus_per_node"] if backend == "ray" else None,
@@ -201,6 +202,7 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
                             "network_mode", "ipc_mode", "shm_size", "devices", "gpus", "capabilities", "ulimits", "ray_port")}}),
         "artifacts_dir": settings["artifacts_dir"], "reports": reports(settings), "mounts": mounts(), "image_build": settings["image_build"],
         "endpoint": {"url": url, "port": settings["port"], "health_url": url + "/health", "models_url": url + "/v1/models",
+                     "api_url": url + "/v1",
                      "bind_address": bind,
                      "local_address": local,
                      "local_health_url": "http://%s/health" % local,
@@ -240,6 +242,9 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     entry["firewall"] = firewall.plan(settings, backend, cluster["expected_ips"], paths, name) if settings["firewall"] else None
     entry["writes"]["firewall"] = changes.firewall_writes(inputs["nodes"][name], entry["firewall"])
     entry["ring"] = ring_node(inputs, name, paths)
+    entry["stale_models_argv"] = commands.stale_models_argv(settings, name, paths)
+    entry["image_stream"] = None if is_head else commands.image_stream(settings, head, name, fabric_ip,
+                                                                       inputs["nodes"][name].get("ssh_user"))
     if is_head or backend == "mp":
         entry["serve"] = {"container": spec["name"], "argv": argv, "command": [commands.LAUNCHER] + argv[2:],
                           "state_file": commands.VLLM_STATE if backend == "ray" else None,
@@ -250,6 +255,7 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
                 inputs, name, paths, cluster["model"]["id"], cluster["model"]["revision"])},
             # The head serves its copy to the workers, read-only, on its fabric address, for the copy only.
             "rsync": {"address": fabric_ip, "port": settings["rsync_port"], "url": "rsync://dgx-spark@%s:%d/model/" % (fabric_ip, settings["rsync_port"]),
+                      "daemon": commands.rsync_daemon(paths),
                       "hosts_allow": " ".join(ip for ip in cluster["expected_ips"] if ip != fabric_ip),
                       "max_connections": len(cluster["expected_ips"])}}
     return entry

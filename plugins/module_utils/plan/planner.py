@@ -58,8 +58,19 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
                                            probed, findings)
         result["monitoring"] = shared.watched(entries, plans, settings, inputs, probed, findings)
     result["reports"] = {"plan": reports(settings)["plan"]}
+    result["keys"] = keys(settings, entries)
     result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
     return result
+
+
+def keys(settings, entries):
+    """The controller's key files the preflight role makes before planning (each once, mode 0600, in a 0700 folder):
+    the clients' (``client``; an AWX credential's key is written there), and each listed deployment's own, which only
+    the gateway holds (``generated``: every file made at random when missing)."""
+    client = settings["api_key_file"]
+    own = [placement.key_file(client, e["name"]) for e in entries if e["listed"]]
+    return {"folder": client.rsplit("/", 1)[0] if client and "/" in client else None, "client": client,
+            "generated": [client] + own if client else []}
 
 
 def paths(inputs, listed=None):

@@ -36,6 +36,11 @@ def kept_reference(cluster_name):
     return "%s:%s-*" % (KEPT_REPOSITORY, cluster_name)
 
 
+def kept_list_argv(cluster_name):
+    """What lists this cluster's kept image tags on a node, one ``repository:tag`` a line."""
+    return ["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "--filter", "reference=" + kept_reference(cluster_name)]
+
+
 def record(plan, previous=None, verified_at=None):
     """The record of a verified deployment, from its plan, and the previous record (its kept images).
 

@@ -179,3 +179,23 @@ def copy_summary(results):
         seconds += int(hours) * 3600 + int(minutes) * 60 + float(secs)
     return {"bytes": moved, "seconds": round(seconds, 3),
             "rate_bytes_per_second": int(moved / seconds) if seconds > 0 else None}
+
+
+def copy_plan(judged, root, head_sources, url, password_file, each_min_bytes):
+    """What a worker pulls from the head's rsync daemon (``url``, its module of the head's cache folder) to make its copy
+    (``judged``: check() of it against the head's manifest; ``head_sources``: where each file of the snapshot is under
+    the head's root, the cache's blobs): each large file it lacks or holds at another size, one rsync each appending to
+    what an interrupted copy left (its bytes shown while it comes); the files larger than the head's, removed first
+    (an append cannot shrink them); then the rest in one run (small files, the cache's links and refs). The secret is
+    read from ``password_file``, never an argv."""
+    sizes = {p: (m or {}).get("size") for p, m in ((judged.get("manifest") or {}).get("files") or {}).items()}
+    wanted = list(judged.get("missing") or []) + [w["path"] for w in judged.get("wrong_size") or []]
+    pulls = [{"path": p, "bytes": sizes.get(p), "dest": os.path.join(root, head_sources[p]),
+              "argv": ["rsync", "--append-verify", "--partial", "--times", "--mkpath", "--stats", "--timeout=120",
+                       "--password-file", password_file, url + head_sources[p], os.path.join(root, head_sources[p])]}
+             for p in wanted if p in head_sources and (sizes.get(p) or 0) >= int(each_min_bytes)]
+    oversized = [os.path.join(root, head_sources[w["path"]]) for w in judged.get("wrong_size") or []
+                 if w["path"] in head_sources and (w.get("actual") or 0) > (w.get("expected") or 0)]
+    return {"pulls": pulls, "oversized": oversized,
+            "rest_argv": ["rsync", "--archive", "--partial", "--mkpath", "--stats", "--timeout=120", "--password-file",
+                          password_file, url, root.rstrip("/") + "/"]}

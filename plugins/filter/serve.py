@@ -1,0 +1,26 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""serve.yml's summary of a verified deployment. A thin adapter of module_utils/report/summary.py, documented beside
+this file (``ansible-doc -t filter dgx_spark.vllm.serve_summary``)."""
+
+from __future__ import annotations
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import summary
+
+
+def serve_summary(plan, launched, seconds_to_ready, endpoint, canary=None, transport=None):
+    """The summary of one verified deployment: where it answers, what it runs, what was launched, the checks."""
+    return summary.summary(plan, launched, seconds_to_ready, endpoint, canary, transport)
+
+
+def summary_volatile(dummy=None):
+    """The summary's fields that move on every run (its timings): a report that differs only in them is not written."""
+    return list(summary.VOLATILE)
+
+
+class FilterModule:
+    """dgx_spark.vllm's serve summary filters."""
+
+    def filters(self):
+        return {"serve_summary": serve_summary, "summary_volatile": summary_volatile}
