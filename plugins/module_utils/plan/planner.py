@@ -58,12 +58,12 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
                                            probed, findings)
         result["monitoring"] = shared.watched(entries, plans, settings, inputs, probed, findings)
     result["reports"] = {"plan": reports(settings)["plan"]}
-    result["keys"] = keys(settings, entries)
+    result["key_files"] = key_files(settings, entries)
     result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
     return result
 
 
-def keys(settings, entries):
+def key_files(settings, entries):
     """The controller's key files the preflight role makes before planning (each once, mode 0600, in a 0700 folder):
     the clients' (``client``; an AWX credential's key is written there), and each listed deployment's own, which only
     the gateway holds (``generated``: every file made at random when missing)."""
