@@ -111,6 +111,14 @@ options:
     description: The Docker CLI.
     type: str
     default: docker
+  deployments:
+    description:
+      - Every deployment placed on this node, by name, each with the options above that are a deployment's (from
+        O(gpu_memory_utilization) to O(disk), all but O(proc_root), O(sysfs_root), O(nvidia_smi) and O(docker)). The node
+        is then read once for all of them, and RV(deployments) gives each one's facts, whole; without it the options
+        above are one deployment's and its facts are returned at the top level.
+      - The preflight role passes the inventory check's plan (its C(probes) of this node).
+    type: dict
   resolve:
     description:
       - A name to resolve on the node (the head's C(ansible_host)); RV(resolved) lists its IPv4 addresses. The endpoint
@@ -131,13 +139,24 @@ EXAMPLES = r"""
     image: nvcr.io/nvidia/vllm:26.09-py3
     containers: [dgx-spark-ray-spark1]
   register: node
+
+- name: Read the node once for both deployments placed on it
+  dgx_spark.vllm.spark_node_info:
+    deployments:
+      chat: {image: dgx-spark-sim/runtime:sim, containers: [dgx-spark-chat-ray-spark1]}
+      coder: {image: dgx-spark-sim/runtime:sim, containers: [dgx-spark-coder-ray-spark1]}
+  register: node
 """
 
 RETURN = r"""
+deployments:
+  description: With O(deployments), each deployment's facts by name, each as the keys below are without it.
+  type: dict
+  returned: with O(deployments)
 memory:
   description: The C(unified_memory) fact of M(dgx_spark.vllm.unified_memory_info).
   type: dict
-  returned: always
+  returned: without O(deployments)
 roce:
   description: C(roce_devices), C(nccl_ib_hca) and C(nccl_gid_index) as M(dgx_spark.vllm.roce_gid_info) returns them.
   type: dict
@@ -241,11 +260,32 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import collect, run, start
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_read
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.image_info import ImageInfoError
+
+DEPLOYMENT_OPTIONS = dict(
+    gpu_memory_utilization=dict(type="float"),
+    image=dict(type="str"),
+    read_image=dict(type="bool", default=False),
+    image_cache_dir=dict(type="path"),
+    gpus=dict(type="str"),
+    containers=dict(type="list", elements="str", default=[]),
+    serve_container=dict(type="str"),
+    serve_state_file=dict(type="str", default=node_read.SERVE_STATE_FILE),
+    models_dir=dict(type="path"),
+    model=dict(type="str"),
+    revision=dict(type="str"),
+    paths=dict(type="list", elements="path", default=[]),
+    records=dict(type="list", elements="path", default=[]),
+    supervisor=dict(type="dict"),
+    kept_reference=dict(type="str"),
+    devices=dict(type="list", elements="path", default=[]),
+    ray_container=dict(type="str"),
+    resolve=dict(type="str"),
+    disk=dict(type="list", elements="path", default=[]),
+)
 
 
 def main():
@@ -254,78 +294,29 @@ def main():
             proc_root=dict(type="path", default="/proc"),
             sysfs_root=dict(type="path", default="/sys"),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
-            gpu_memory_utilization=dict(type="float"),
-            image=dict(type="str"),
-            read_image=dict(type="bool", default=False),
-            image_cache_dir=dict(type="path"),
-            gpus=dict(type="str"),
-            containers=dict(type="list", elements="str", default=[]),
-            serve_container=dict(type="str"),
-            serve_state_file=dict(type="str", default="/dgx-spark/run/vllm.json"),
-            models_dir=dict(type="path"),
-            model=dict(type="str"),
-            revision=dict(type="str"),
-            paths=dict(type="list", elements="path", default=[]),
-            records=dict(type="list", elements="path", default=[]),
-            supervisor=dict(type="dict"),
-            kept_reference=dict(type="str"),
-            devices=dict(type="list", elements="path", default=[]),
-            ray_container=dict(type="str"),
             docker=dict(type="str", default="docker"),
-            resolve=dict(type="str"),
-            disk=dict(type="list", elements="path", default=[]),
+            deployments=dict(type="dict", options=None),
+            **DEPLOYMENT_OPTIONS
         ),
         supports_check_mode=True,
     )
     p = module.params
-    docker = p["docker"]
-
-    def runner(argv):
-        return run(module, argv)
-
-    ray_probe = start(node_probe.ray_argv(p["ray_container"], docker)) if p["ray_container"] else None
     smi = p["nvidia_smi"]
+    node = {"proc_root": p["proc_root"], "sysfs_root": p["sysfs_root"], "nvidia_smi": smi, "docker": p["docker"],
+            "smi_path": smi if os.path.sep in smi else module.get_bin_path(smi)}
+    if p["deployments"] is not None:
+        specs = {name: dict({k: v.get("default") for k, v in DEPLOYMENT_OPTIONS.items()}, **(spec or {}))
+                 for name, spec in p["deployments"].items()}
+    else:
+        specs = {"": {k: p[k] for k in DEPLOYMENT_OPTIONS}}
     try:
-        memory = node_probe.memory(runner, module.warn, p["proc_root"], smi if os.path.sep in smi else module.get_bin_path(smi),
-                                   smi, p["gpu_memory_utilization"])
-        roce = node_probe.roce(p["sysfs_root"], module.warn)
-    except ProbeError as exc:
+        answers = node_read.read(specs, node, lambda argv: run(module, argv), module.warn, module.check_mode,
+                                 os.environ.get("SSH_CONNECTION"))
+    except (ProbeError, ImageInfoError) as exc:
         module.fail_json(msg=str(exc))
-    found_interfaces = node_probe.interfaces(runner)
-    result = dict(changed=False, memory=memory, roce=roce,
-                  docker=node_probe.docker_info(runner, docker), image_id=None, image=None, docker_ps=[], container_env={},
-                  listening=node_probe.lines(runner, ["ss", "-H", "-t", "-l", "-n"]), vllm=None, model_config=None, weights_bytes=None,
-                  state=node_probe.state(p["paths"]), records=node_probe.records(p["records"]), devices=node_probe.devices(p["devices"]),
-                  interfaces=found_interfaces, addresses=node_probe.addresses(found_interfaces),
-                  connection_interface=node_probe.connection_interface(found_interfaces, os.environ.get("SSH_CONNECTION")),
-                  resolved=node_probe.resolve(p["resolve"]) if p["resolve"] else None)
-    result["supervisor_running"] = (supervisor.supervisor_running(p["supervisor"]["paths"], p["supervisor"]["unit_name"], runner)
-                                    if p["supervisor"] else None)
-    result["kept_images"] = None
-    result["disk"] = node_probe.free_space(list(p["disk"]) + [d for d in [(result["docker"] or {}).get("root_dir")] if d])
-    if result["docker"] is not None:
-        result["docker_ps"] = node_probe.lines(runner, [docker, "ps", "--all", "--no-trunc", "--format", "{{json .}}"])
-        existing = set(result["docker_ps"])
-        named = [n for n in p["containers"] if any('"Names":"%s"' % n in line for line in existing)]
-        result["container_env"] = node_probe.container_env(runner, named, docker)
-        if p["kept_reference"]:
-            result["kept_images"] = node_probe.lines(runner, [docker, "image", "ls", "--filter", "reference=" + p["kept_reference"],
-                                                              "--format", "{{.Repository}}:{{.Tag}}"])
-        if p["image"]:
-            result["image_id"] = node_probe.image_id(runner, p["image"], docker)
-        if p["read_image"] and result["image_id"]:
-            try:
-                result["image"] = node_probe.image(runner, p["image"], result["image_id"], docker, p["gpus"], p["image_cache_dir"],
-                                                   write_cache=not module.check_mode)
-            except ImageInfoError as exc:
-                module.fail_json(msg=str(exc))
-        if p["serve_container"] and p["serve_container"] in named:
-            result["vllm"] = node_probe.serving(runner, p["serve_container"], p["serve_state_file"], docker)
-    if p["models_dir"] and p["model"]:
-        result["model_config"], result["weights_bytes"] = node_probe.model(p["models_dir"], p["model"], p["revision"])
-    if ray_probe:
-        result["ray"] = node_probe.ray(*collect(ray_probe), container=p["ray_container"])
-    module.exit_json(**result)
+    if p["deployments"] is not None:
+        module.exit_json(changed=False, deployments=answers)
+    module.exit_json(changed=False, **answers[""])
 
 
 if __name__ == "__main__":

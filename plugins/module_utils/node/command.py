@@ -38,3 +38,26 @@ def to_file(argv, path):
     too large to hold (a container's log)."""
     with open(path, "wb") as handle:
         return subprocess.call([str(arg) for arg in argv], stdout=handle, stderr=subprocess.STDOUT, env=dict(os.environ, **C_LOCALE))
+
+
+class Batch:
+    """Commands started together, each collected once, and a runner that answers them from there: a probe that knows
+    up front what it will ask (docker's every listing, ss, ip, nvidia-smi) pays the slowest of them, not their sum. A
+    command not started in the batch (one that depends on another's answer) is run at once by ``run``."""
+
+    def __init__(self, run, argvs):
+        self.fallback = run
+        self.started = {}
+        for argv in argvs:
+            key = tuple(str(a) for a in argv)
+            if key not in self.started:
+                self.started[key] = start(argv)
+        self.answers = {}
+
+    def __call__(self, argv):
+        key = tuple(str(a) for a in argv)
+        if key in self.started:
+            if key not in self.answers:
+                self.answers[key] = collect(self.started[key])
+            return self.answers[key]
+        return self.fallback(argv)

@@ -52,6 +52,25 @@ def probe_paths(paths):
     return [f["path"] for f in paths["folders"]] + [paths[k] for k in files] + [firewall.NFT]
 
 
+def probe_args(inputs, settings, result, node, paths):
+    """What the probe reads on ``node`` for this deployment (spark_node_info's options of a deployment): its image (read
+    whole on the head), containers, vLLM's state, model, the state files the plan would write and the supervisor's, the
+    head's record, the kept image tags, the devices, the head's Ray and its name to resolve, the disk a launch writes."""
+    head, ray = node == result["head"], inputs.get("backend") == "ray"
+    container = container_name(settings, "ray" if ray else "vllm", node)
+    supervisor = boot.paths(paths["state_dir"], settings["cluster_name"])
+    args = {"gpu_memory_utilization": result["gpu_memory_utilization"], "image": settings["image"], "read_image": head,
+            "image_cache_dir": paths["image_info_cache"], "gpus": result["image"]["gpus"], "containers": [container],
+            "serve_container": container, "models_dir": paths["models_dir"], "model": result["model"]["id"],
+            "revision": result["model"]["revision"], "paths": probe_paths(paths) + boot.probe_paths(supervisor),
+            "records": [paths["last_known_good_file"]] if head else [],
+            "supervisor": {"paths": supervisor, "unit_name": boot.unit_name(settings["cluster_name"])},
+            "kept_reference": records.kept_reference(settings["cluster_name"]), "devices": device_paths(settings),
+            "ray_container": container if head and ray else None, "disk": [paths["state_dir"]],
+            "resolve": ((inputs["nodes"].get(node) or {}).get("ansible_host") or node) if head else None}
+    return {k: v for k, v in args.items() if v not in (None, "")}
+
+
 def cluster_paths(inputs):
     """What needs no profile: every node's paths and container names, the endpoint, where the reports go. The
     playbooks that run without a profile (teardown.yml, status.yml) take their names and paths from it."""
@@ -104,7 +123,6 @@ def plan_deployment(inputs, stage="full"):
             facts["containers"] = nodes_check.parse_docker_ps(facts["docker_ps"])
     profile = inputs["profile"]
     paths = {n: node_paths(settings, n, profile["model"]["id"]) for n in order}
-    supervisors = {n: boot.paths(paths[n]["state_dir"], settings["cluster_name"]) for n in order}
     result = {"stage": stage, "profile": profile["name"], "backend": inputs.get("backend"), "head": head, "nodes_order": order,
               "parallel": parallel_sizes(inputs, findings), "gpu_memory_utilization": utilization(inputs, findings),
               "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name"),
@@ -112,15 +130,9 @@ def plan_deployment(inputs, stage="full"):
               "image": {"name": settings["image"], "gpus": commands.gpus(settings)},
               "overrides": {k: v for k, v in (inputs.get("overrides") or {}).items() if v not in (None, "")},
               "profile_file": inputs.get("profile_file"),
-              "nodes": {n: {"is_head": n == head, "paths": paths[n],
-                            "probe_paths": probe_paths(paths[n]) + boot.probe_paths(supervisors[n]),
-                            "probe_records": [paths[n]["last_known_good_file"]] if n == head else [],
-                            "probe_supervisor": {"paths": supervisors[n], "unit_name": boot.unit_name(settings["cluster_name"])},
-                            "probe_kept": records.kept_reference(settings["cluster_name"]),
-                            "probe_devices": device_paths(settings),
-                            "probe_ray": container_name(settings, "ray", n) if n == head and inputs.get("backend") == "ray" else None,
-                            "container": container_name(settings, "ray" if inputs.get("backend") == "ray" else "vllm", n)}
-                        for n in order}}
+              "nodes": {n: {"is_head": n == head, "paths": paths[n]} for n in order}}
+    for n in order:
+        result["nodes"][n]["probe"] = probe_args(inputs, settings, result, n, paths[n])
     if settings["offline"]:
         findings.warn("offline plan: no node was probed; RoCE ports, GID indexes and the image's flags are placeholders or "
                       "unchecked, and memory is planned for an idle Spark (117.3 GiB available). Run plan.yml with the nodes "

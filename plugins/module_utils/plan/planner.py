@@ -59,6 +59,12 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
         result["monitoring"] = shared.watched(entries, plans, settings, inputs, probed, findings)
     result["reports"] = {"plan": reports(settings)["plan"]}
     result["key_files"] = key_files(settings, entries)
+    # What the probe reads on each node, for every deployment placed on it, in one call (spark_node_info deployments).
+    result["probes"] = {}
+    for name in result["deployment_order"]:
+        for host, node in ((plans.get(name) or {}).get("nodes") or {}).items():
+            if node.get("probe"):
+                result["probes"].setdefault(host, {})[name] = node["probe"]
     result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
     return result
 
