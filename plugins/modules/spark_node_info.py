@@ -66,6 +66,9 @@ options:
     description: vLLM's state file inside O(serve_container).
     type: str
     default: /dgx-spark/run/vllm.json
+  serve_state_file_host:
+    description: The same file where this node holds it (the container's state folder); read here, no exec for it.
+    type: path
   models_dir:
     description: The node's models folder; with O(model), the model's C(config.json) and weights are read.
     type: path
@@ -274,6 +277,7 @@ DEPLOYMENT_OPTIONS = dict(
     containers=dict(type="list", elements="str", default=[]),
     serve_container=dict(type="str"),
     serve_state_file=dict(type="str", default=node_read.SERVE_STATE_FILE),
+    serve_state_file_host=dict(type="path"),
     models_dir=dict(type="path"),
     model=dict(type="str"),
     revision=dict(type="str"),

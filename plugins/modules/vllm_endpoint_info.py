@@ -33,6 +33,13 @@ options:
       - Served model name.
       - Omitted, the first name C(/v1/models) lists is used (a status check without the plan).
     type: str
+  models:
+    description:
+      - More names C(/v1/models) must list before the endpoint counts as ready (a gateway's every route), beside O(model),
+        which the stream and the smoke tests ask.
+    type: list
+    elements: str
+    default: []
   api_key:
     description: The endpoint's API key (sent as a bearer token, never logged).
     type: str

@@ -105,7 +105,7 @@ def test_plan_serve_status_teardown_as_awx_jobs(base):
 
     result, events, log = awx_job(base, "serve", "playbooks/serve.yml", dict(SURVEY, vllm_api_key=API_KEY))
     assert_successful(result, events, log)
-    summary = task_result(events, "Show the summary")["vllm_serve_summary"]
+    summary = task_result(events, "Show the summary")["msg"]
     assert summary["endpoint"] == "http://10.209.0.10:8000/v1" and summary["model"] == "sim-tiny"
     assert summary["profile"] == "sim_tiny" and summary["backend"] == "ray"
     assert all(passed for name, passed in summary["smoke_tests"])

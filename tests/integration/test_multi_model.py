@@ -185,6 +185,85 @@ def test_a_changed_deployment_restarts_alone_while_the_other_answers(served):
     assert figures["failed"] == 0 and figures["requests"] >= 4, figures
 
 
+def node_exec(node, argv):
+    """A command on the simulated node itself (not in one of its containers)."""
+    import docker  # pylint: disable=import-outside-toplevel
+
+    return docker.from_env().containers.get(node).exec_run(argv).output.decode()
+
+
+def prometheus_targets():
+    """Prometheus's active targets, asked on the head (it listens on the head's loopback): (job, scrape URL, health)."""
+    script = ("import json, urllib.request; print(json.dumps([(t['scrapePool'], t['scrapeUrl'], t['health']) for t in "
+              "json.load(urllib.request.urlopen('http://127.0.0.1:9090/api/v1/targets?state=active'))['data']['activeTargets']]))")
+    return sorted(tuple(t) for t in json.loads(node_exec("sim-head", ["python3", "-c", script])))
+
+
+def test_one_prometheus_watches_both_deployments_and_each_node_once(served):
+    targets = prometheus_targets()
+    assert targets == [("spark-nodes", "http://10.210.0.10:9101/metrics", "up"), ("spark-nodes", "http://10.210.0.11:9101/metrics", "up"),
+                       ("vllm", "http://10.209.0.10:8001/metrics", "up"), ("vllm", "http://10.209.0.10:8002/metrics", "up")], targets
+    assert [n for n in containers() if n.endswith("prometheus")] == ["dgx-spark-prometheus"]
+
+
+def vllm_pgid(deployment):
+    """The process group of a deployment's vLLM on the head (its state file in the Ray container)."""
+    container = node_docker("sim-head").containers.get("dgx-spark-%s-ray-sim-head" % deployment)
+    return json.loads(container.exec_run(["cat", "/dgx-spark/run/vllm.json"]).output.decode())["pgid"]
+
+
+def test_recover_restores_the_deployment_that_lost_its_vllm_and_leaves_the_other_alone(served):
+    before, chat_pgid = containers(), vllm_pgid("chat")
+    holds = ["/var/lib/dgx-spark-vllm/dgx-spark-%s/boot/hold" % d for d in ("chat", "coder")]
+    node_exec("sim-head", ["touch"] + holds)  # the supervisors keep their hands off: recover.yml, not one of them, acts
+    try:
+        node_docker("sim-head").containers.get("dgx-spark-coder-ray-sim-head").exec_run(["kill", "-KILL", "--", "-%d" % vllm_pgid("coder")])
+        with Load(key(), streams=2, model="sim-tiny") as load:
+            dummy, out = playbook("recover", log="models-recover")
+        figures = load.figures()
+    finally:
+        node_exec("sim-head", ["rm", "-f"] + holds)
+    flat = " ".join(out.split())
+    assert "deployment chat: Nothing to recover" in flat and "deployment coder: restart_ranks (sim-head): vLLM is not running" in flat
+    assert vllm_pgid("chat") == chat_pgid and containers() == before  # chat's vLLM and every container untouched
+    assert chat("sim-tiny-ring")[0] == 200 and figures["failed"] == 0 and figures["requests"] >= 4, figures
+    record("fault", "one deployment's vLLM killed, two deployments on the same nodes",
+           "recover.yml restarts that deployment's ranks alone; the other answers throughout", load=figures)
+
+
+def test_a_failed_upgrade_of_one_deployment_rolls_back_alone_while_the_other_answers(served):
+    from test_faults import BROKEN  # pylint: disable=import-outside-toplevel
+    import io  # pylint: disable=import-outside-toplevel
+
+    rc, out = playbook("upgrade", "-e", "vllm_image=dgx-spark-sim/runtime:broken", log="models-upgrade-which", check=False)
+    assert rc != 0 and "this playbook acts on one deployment at a time, and the inventory lists chat, coder" in " ".join(out.split())
+    broken, dummy = node_docker("sim-head").images.build(fileobj=io.BytesIO(BROKEN), tag="dgx-spark-sim/runtime:broken", rm=True)
+    try:
+        before, chat_pgid = containers(), vllm_pgid("chat")
+        with Load(key(), streams=2, model="sim-tiny") as load:
+            rc, out = playbook("upgrade", "-e", "vllm_deployment=coder", "-e", "vllm_image=dgx-spark-sim/runtime:broken",
+                               log="models-upgrade-broken", check=False)
+        figures = load.figures()
+        flat = " ".join(out.split())
+        assert rc != 0 and "vllm: this image is broken on purpose. Rolled back to dgx-spark-sim/runtime:sim" in flat
+        assert "canary passed: 5 prompts agree with the reference token for token" in flat  # coder's rollback verified
+        assert vllm_pgid("chat") == chat_pgid  # chat was never stopped
+        assert {n: i for n, i in containers().items() if "-chat-" in n} == {n: i for n, i in before.items() if "-chat-" in n}
+        assert figures["failed"] == 0 and figures["requests"] >= 4, figures
+        assert chat("sim-tiny-ring")[0] == 200
+        dummy, out = playbook("serve", log="models-serve-after-rollback")
+        assert out.count("Changes: none, every container and vLLM run as planned") == 2
+        record("upgrade", "a failed upgrade of one deployment of two (an image whose vLLM fails at start)",
+               "that deployment rolls back to its last-known-good alone; the other answers throughout", load=figures)
+    finally:
+        for node in ("sim-head", "sim-worker1"):
+            try:
+                node_docker(node).images.remove("dgx-spark-sim/runtime:broken")
+            except Exception:  # pylint: disable=broad-except
+                pass
+        del broken
+
+
 def test_the_teardown_of_one_leaves_the_other_serving_throughout(served):
     with Load(key(), streams=2, model="sim-tiny") as load:
         time.sleep(2)

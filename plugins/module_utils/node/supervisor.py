@@ -14,8 +14,8 @@ With monitoring on (module_utils/plan/monitoring.py), the supervisor also serves
 its own state on the node's fabric address (module_utils/node/metrics.py), for the head's Prometheus.
 
 ``look`` decides one look from what ``Ops`` reads; ``main`` runs it on the node (stdlib only, with the modules of
-this collection it imports copied beside it by the vllm_boot module). ``read_status`` and ``supervisor_running`` are
-what the probe and the vllm_boot module read of it.
+this collection it imports copied beside it by the vllm_boot module). What the probe and the vllm_boot module read
+of it is in module_utils/node/supervisor_state.py.
 """
 
 from __future__ import annotations
@@ -41,37 +41,6 @@ WAITS = ("tcp", "join", "health")
 # time: its start is cheap and waits for the head).
 MAX_STARTS = 3
 GIB = 1024 ** 3
-
-
-def supervisor_pid(status, config_path):
-    """The running supervisor's PID (its status file names it; its command line must name this plan file)."""
-    pid = (status or {}).get("pid")
-    if not pid:
-        return None
-    try:
-        with open("/proc/%s/cmdline" % pid, encoding="utf-8") as handle:
-            cmdline = handle.read()
-    except OSError:
-        return None
-    return pid if config_path in cmdline.split("\0") else None
-
-
-def read_status(where):
-    """The supervisor's status file (state, detail, since, events, pid), or None when there is none or it is broken."""
-    try:
-        with open(where["status"], encoding="utf-8") as handle:
-            status = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return status if isinstance(status, dict) else None
-
-
-def supervisor_running(where, name, run):
-    """Whether the node's supervisor runs: its unit is active (systemd), or the process its status names runs this
-    plan (a node without systemd). ``run`` runs an argv and returns (rc, out, err)."""
-    if os.path.isdir("/run/systemd/system"):
-        return run(["systemctl", "is-active", "--quiet", name])[0] == 0
-    return bool(supervisor_pid(read_status(where), where["config"]))
 
 
 class Ops:
@@ -317,6 +286,10 @@ def main(argv=None, ops=None, sleep=time.sleep, rounds=None):
             except (OSError, ValueError, AttributeError):
                 events = []
             status = {"events": events + [{"at": ops.now(), "what": "supervisor started"}], "started": ops.now()}
+            # Its PID first, before the first look (which may ask a completion and the canary): whoever started it
+            # knows at once that it runs.
+            write_status(config["status"], dict(status, state="starting", detail="the first look", since=ops.now(),
+                                                heartbeat=ops.now(), pid=os.getpid()))
         server = metrics.serve_metrics(config, ops, shared, server)
         state, detail, did = look(config, ops, memo)
         shared["state"] = state

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.netplan_try import detached
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
 
@@ -23,10 +23,10 @@ class Supervisor:
         self.systemd = os.path.isdir("/run/systemd/system")
 
     def status(self):
-        return supervisor.read_status(self.where)
+        return supervisor_state.read_status(self.where)
 
     def pid(self):
-        return supervisor.supervisor_pid(self.status(), self.where["config"])
+        return supervisor_state.supervisor_pid(self.status(), self.where["config"])
 
     def systemctl(self, *args):
         rc, out, err = self.run(["systemctl"] + list(args))
@@ -61,7 +61,7 @@ class Supervisor:
                 time.sleep(0.1)
 
     def running(self):
-        return supervisor.supervisor_running(self.where, self.plan["unit_name"], self.run)
+        return supervisor_state.supervisor_running(self.where, self.plan["unit_name"], self.run)
 
     def installed(self):
         """The supervisor's files on the node, and whether its code folder is there."""

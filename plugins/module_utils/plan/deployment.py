@@ -61,7 +61,8 @@ def probe_args(inputs, settings, result, node, paths):
     supervisor = boot.paths(paths["state_dir"], settings["cluster_name"])
     args = {"gpu_memory_utilization": result["gpu_memory_utilization"], "image": settings["image"], "read_image": head,
             "image_cache_dir": paths["image_info_cache"], "gpus": result["image"]["gpus"], "containers": [container],
-            "serve_container": container, "models_dir": paths["models_dir"], "model": result["model"]["id"],
+            "serve_container": container, "serve_state_file_host": paths["vllm_state_file"],
+            "models_dir": paths["models_dir"], "model": result["model"]["id"],
             "revision": result["model"]["revision"], "paths": probe_paths(paths) + boot.probe_paths(supervisor),
             "records": [paths["last_known_good_file"]] if head else [],
             "supervisor": {"paths": supervisor, "unit_name": boot.unit_name(settings["cluster_name"])},

@@ -59,6 +59,7 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
         result["monitoring"] = shared.watched(entries, plans, settings, inputs, probed, findings)
     result["reports"] = {"plan": reports(settings)["plan"]}
     result["key_files"] = key_files(settings, entries)
+    result["acts"] = acts(result, findings)
     # What the probe reads on each node, for every deployment placed on it, in one call (spark_node_info deployments).
     result["probes"] = {}
     for name in result["deployment_order"]:
@@ -67,6 +68,16 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
                 result["probes"].setdefault(host, {})[name] = node["probe"]
     result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
     return result
+
+
+def acts(result, findings):
+    """Whether the run changes anything (a deployment applied or committed, a shared container changed) or is refused:
+    what serve.yml writes plan.json for. A run that changes nothing writes nothing, not even its plan."""
+    if findings.errors or result["stage"] != "full":
+        return True
+    clusters = [(p.get("cluster") or {}) for p in result["deployments"].values()]
+    return (any(c.get("apply_needed") or (c.get("commit") or {}).get("needed") for c in clusters)
+            or any((result.get(k) or {}).get("change", "none") != "none" for k in ("gateway", "monitoring")))
 
 
 def key_files(settings, entries):

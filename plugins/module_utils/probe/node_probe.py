@@ -198,10 +198,14 @@ def container_env(run, names, docker="docker"):
     return found
 
 
-def serving(run, container, state_file, docker="docker"):
-    """vLLM's process group in ``container`` as the vllm_process module left it: {running, config_hash, pgid}."""
-    rc, out, dummy = run(pg.read_argv(docker, container, state_file))
-    state = pg.parse_state(out) if rc == 0 else None
+def serving(run, container, state_file, docker="docker", host_file=None):
+    """vLLM's process group in ``container`` as the vllm_process module left it: {running, config_hash, pgid}. Its state
+    file is read on the node where the container's folder is (``host_file``: no exec for it), else inside."""
+    text = read_small(host_file) if host_file else None
+    if text is None:  # not there, or not readable by this user: asked inside, as vLLM's launcher wrote it
+        rc, out, dummy = run(pg.read_argv(docker, container, state_file))
+        text = out if rc == 0 else None
+    state = pg.parse_state(text) if text else None
     if not state:
         return {"running": False, "config_hash": None, "pgid": None}
     rc, dummy, dummy = run(pg.alive_argv(docker, container, state["pgid"]))
@@ -228,20 +232,29 @@ def state(paths):
 RECORD_BYTES = 1 << 20
 
 
+def read_small(path):
+    """A small regular file's text, never through a link (the state folder is mounted into the containers), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size <= RECORD_BYTES:
+                return handle.read(RECORD_BYTES).decode("utf-8")
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def records(paths):
     """The collection's small JSON records on the node ({path: the record, or None when absent, unreadable or not a
     mapping}). Only a regular file of at most RECORD_BYTES is read, never through a link: the state folder is mounted
     into the containers (module_utils/plan/commands.py), so what is there is read as data, with care."""
     found = {}
     for path in paths:
-        data = None
+        text = read_small(path)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as handle:
-                info = os.fstat(handle.fileno())
-                if stat.S_ISREG(info.st_mode) and info.st_size <= RECORD_BYTES:
-                    data = json.loads(handle.read(RECORD_BYTES).decode("utf-8"))
-        except (OSError, ValueError):
+            data = json.loads(text) if text is not None else None
+        except ValueError:
             data = None
         found[path] = data if isinstance(data, dict) else None
     return found

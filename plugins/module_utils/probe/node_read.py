@@ -13,14 +13,14 @@ node's (memory, RoCE, Docker, ports, interfaces) once. Each deployment's facts a
 
 from __future__ import annotations
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg, supervisor as supervisor_state
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg, supervisor_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import Batch, collect, start
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.unified_memory import APPS_QUERY
 
 # What a deployment's read takes (the module's options of the same names); the rest is the node's.
 PER_DEPLOYMENT = ("gpu_memory_utilization", "image", "read_image", "image_cache_dir", "gpus", "containers", "serve_container",
-                  "serve_state_file", "models_dir", "model", "revision", "ray_container", "paths", "records", "supervisor",
+                  "serve_state_file", "serve_state_file_host", "models_dir", "model", "revision", "ray_container", "paths", "records", "supervisor",
                   "kept_reference", "devices", "resolve", "disk")
 
 
@@ -57,7 +57,7 @@ def up_front(specs, docker, smi):
             argvs.append(kept_argv(docker, spec["kept_reference"]))
         if spec.get("containers"):
             argvs.append(env_argv(docker, spec["containers"]))
-        if spec.get("serve_container"):
+        if spec.get("serve_container") and not spec.get("serve_state_file_host"):
             argvs.append(pg.read_argv(docker, spec["serve_container"], spec.get("serve_state_file") or SERVE_STATE_FILE))
     return argvs
 
@@ -99,7 +99,7 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
                                                   spec.get("image_cache_dir"), write_cache=not check_mode)
             if spec.get("serve_container") and spec["serve_container"] in named:
                 facts["vllm"] = node_probe.serving(batch, spec["serve_container"], spec.get("serve_state_file") or SERVE_STATE_FILE,
-                                                   docker)
+                                                   docker, spec.get("serve_state_file_host"))
         if spec.get("models_dir") and spec.get("model"):
             facts["model_config"], facts["weights_bytes"] = node_probe.model(spec["models_dir"], spec["model"], spec.get("revision"))
         if name in rays:

@@ -66,11 +66,12 @@ def wait_ready(params, client, result):
                     result["models"] = names
                     if model is None and names:
                         model = params["model"] = names[0]
-                    if model in names:
+                    absent = [m for m in [model] + list(params["models"]) if m not in names]
+                    if not absent:
                         result["stage"] = "models"
                         result["seconds_to_ready"] = round(time.monotonic() - started, 1)
                         return True
-                    last = "/v1/models lists %s, not %s" % (", ".join(names) or "nothing", model)
+                    last = "/v1/models lists %s, not %s" % (", ".join(names) or "nothing", ", ".join(str(m) for m in absent))
                 else:
                     last = "%s answered %d" % (params["health_path"], code)
             else:
@@ -163,6 +164,7 @@ def read_live(params, client, result, warn):
 ARGUMENT_SPEC = dict(
     url=dict(type="str", required=True),
     model=dict(type="str"),
+    models=dict(type="list", elements="str", default=[]),
     api_key=dict(type="str", no_log=True),
     wait=dict(type="int", default=0),
     health_path=dict(type="str", default="/health"),
