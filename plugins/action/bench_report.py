@@ -15,10 +15,10 @@ import json
 import os
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import bench
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import bench as bench_results
+from ansible_collections.dgx_spark.vllm.plugins.plugin_utils.controller import ControllerAction
 
 ARGUMENT_SPEC = dict(
     folder=dict(type="path", required=True),
@@ -108,16 +108,12 @@ def plot(folder, rows, bound, published):
     pyplot.close(figure)
 
 
-class ActionModule(ActionBase):
+class ActionModule(ControllerAction):
     """Write a benchmark run's CSV, JSON, plots and summary."""
 
-    TRANSFERS_FILES = False
-    _requires_connection = False
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        del tmp
-        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def act(self, result, args, task_vars):
         folder, rows, meta = args["folder"], args["rows"], args["meta"]
         before = previous_run(args["runs_dir"], folder, meta.get("profile"))
         text = bench_results.summary(rows, before, meta, args["bound"], args["published"], args["share"])

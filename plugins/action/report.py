@@ -15,7 +15,7 @@ import json
 import os
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
+from ansible_collections.dgx_spark.vllm.plugins.plugin_utils.controller import ControllerAction
 
 ARGUMENT_SPEC = dict(
     path=dict(type="path", required=True),
@@ -29,16 +29,12 @@ def steady(data, volatile):
     return {k: v for k, v in data.items() if k not in volatile} if isinstance(data, dict) else data
 
 
-class ActionModule(ActionBase):
+class ActionModule(ControllerAction):
     """Write a JSON report on the controller."""
 
-    TRANSFERS_FILES = False
-    _requires_connection = False
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        del tmp
-        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def act(self, result, args, task_vars):
         path = args["path"]
         result.update(changed=False, path=path)
         if self._task.check_mode:

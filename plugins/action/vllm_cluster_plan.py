@@ -15,12 +15,12 @@ import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_text
-from ansible.plugins.action import ActionBase
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import placement, planner, profiles
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import DEFAULT_SETTINGS, normalize_settings
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import node_order
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
+from ansible_collections.dgx_spark.vllm.plugins.plugin_utils.controller import ControllerAction
 
 COLLECTION_PROFILES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "profiles"))
 
@@ -80,18 +80,12 @@ def key_digest(path):
         return hashlib.sha256(handle.read().strip()).hexdigest()[:16]
 
 
-class ActionModule(ActionBase):
+class ActionModule(ControllerAction):
     """Plan a dgx_spark.vllm deployment."""
 
-    TRANSFERS_FILES = False
-    _requires_connection = False
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        del tmp
-        validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        del validation
-        task_vars = task_vars or {}
+    def act(self, result, args, task_vars):
         if args["stage"] == "paths":
             return self.paths(result, args, task_vars)
         listed = args["deployments"] or None

@@ -7,21 +7,17 @@ round trip of its own. The result is the module's."""
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify.endpoint_check import ARGUMENT_SPEC, check
+from ansible_collections.dgx_spark.vllm.plugins.plugin_utils.controller import ControllerAction
 
 
-class ActionModule(ActionBase):
+class ActionModule(ControllerAction):
     """Check a vLLM endpoint from the controller."""
 
-    TRANSFERS_FILES = False
-    _requires_connection = False
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        del tmp
-        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def act(self, result, args, task_vars):
         warnings = []
         endpoint = check(args, warnings.append)
         result.update(changed=False, endpoint=endpoint)

@@ -134,6 +134,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import model_files as mf
 
 
@@ -145,7 +146,7 @@ def free_bytes(path):
 
 
 def read_json(path):
-    text = mf.read_text(path)
+    text = read_text(path)
     if text is None:
         return None
     try:
@@ -176,7 +177,7 @@ def main():
             manifest = read_json(os.path.join(params["models_dir"], mf.MANIFESTS, key + ".json"))
         snapshot = where["snapshot"]
         present = mf.walk(snapshot) if snapshot and os.path.isdir(snapshot) else {}
-        index_text = mf.read_text(os.path.join(snapshot, mf.INDEX)) if snapshot else None
+        index_text = read_text(os.path.join(snapshot, mf.INDEX)) if snapshot else None
         checksums = None
         if params["verify_checksums"] and manifest:
             checksums = {p: mf.sha256_of(os.path.join(snapshot, p)) for p, meta in manifest.get("files", {}).items()

@@ -88,15 +88,9 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
+
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import netplan_try
-
-
-def read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
 
 
 def write(path, content, mode=0o600):
@@ -149,7 +143,7 @@ def main():
                 if os.path.exists(os.path.join(folder, name)):
                     os.unlink(os.path.join(folder, name))
         module.exit_json(changed=True, pending=False)
-    current = read(path)
+    current = read_text(path)
     if netplan_try.decide(current, p["content"], pending) == "none":
         module.exit_json(changed=False, pending=False)
     diff = {"before": current or "", "after": p["content"], "before_header": path, "after_header": path}
@@ -169,7 +163,7 @@ def main():
     if pending:
         disarm(folder, script)  # one timer per try
     write(script, netplan_try.ROLLBACK_SCRIPT, 0o755)
-    previous = read(os.path.join(folder, "backup")) if pending else current  # a try left pending keeps its first backup
+    previous = read_text(os.path.join(folder, "backup")) if pending else current  # a try left pending keeps its first backup
     for name, content in netplan_try.pending_files(folder, path, previous, p["interfaces"], p["apply_command"]).items():
         write(name, content)
     write(os.path.join(folder, "pending"), "armed\n")

@@ -87,18 +87,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
+
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor_control import Supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
-
-
-def read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def main():
@@ -125,13 +119,13 @@ def main():
         result["running"] = False if not module.check_mode else result["running"]
     elif state == "present":
         files = boot.files(sup.plan)  # boot imports every module it copies, so AnsiballZ carries them all
-        stale = [(path, content, mode) for path, content, mode in files if read(path) != content]
+        stale = [(path, content, mode) for path, content, mode in files if read_text(path) != content]
         code_changed = any(path.endswith(".py") for path, dummy, dummy2 in stale)
         relink = enabled != linked
         result["written"] = [path for path, dummy, dummy2 in stale]
         start = enabled and (not result["running"] or code_changed or held)
         result["changed"] = bool(stale) or relink or held or start or (not enabled and result["running"])
-        before = read(where["config"])
+        before = read_text(where["config"])
         if module._diff:
             result["diff"] = dict(before=dict(plan=before, at_boot=linked, held=held),
                                   after=dict(plan=files[0][1], at_boot=enabled, held=False))
@@ -159,7 +153,7 @@ def main():
         config, at_boot = sup.plan["config"], enabled
     else:  # what is installed on the node now
         try:
-            config = json.loads(read(where["config"]) or "null")
+            config = json.loads(read_text(where["config"]) or "null")
         except ValueError:
             config = None
         at_boot = os.path.islink(where["wants"])

@@ -44,7 +44,7 @@ def named(doc):
 def existing():
     found = set()
     for pattern in ("plugins/module_utils/*/*.py", "plugins/modules/*.py", "plugins/action/*.py", "plugins/filter/*.py",
-                    "plugins/callback/*.py", "plugins/doc_fragments/*.py", "playbooks/*.yml", "playbooks/tasks/*.yml"):
+                    "plugins/callback/*.py", "plugins/doc_fragments/*.py", "plugins/plugin_utils/*.py", "playbooks/*.yml", "playbooks/tasks/*.yml"):
         found.update(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern)))
     return found
 

@@ -19,6 +19,15 @@ def run(module, argv, data=None, environ_update=None):
     return module.run_command([str(arg) for arg in argv], data=data, environ_update=environ)
 
 
+def read_text(path):
+    """A file's text, or None when it cannot be read (absent, a folder, not readable)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
 def start(argv):
     """Start ``argv`` in the background (C locale, no shell) so that a probe reads other facts meanwhile; collect its
     answer with :func:`collect`. Used where a slow read (Ray's state) would otherwise add its seconds to a probe's."""

@@ -12,10 +12,14 @@ has ``config.json``, a tokenizer, every shard its safetensors index names, and e
 size (and, when asked, its sha256). Pure functions over a directory walk; no Ansible.
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
 import re
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
 
 HUB_SUBDIR = os.path.join("huggingface", "hub")
 MANIFESTS = os.path.join(".dgx-spark", "manifests")
@@ -63,14 +67,6 @@ def locate(models_dir, model_id, revision=None, read=None):
     commit = revision if COMMIT.match(revision) else (read(os.path.join(root, "refs", revision)) or "").strip() or None
     snapshot = os.path.join(root, "snapshots", commit) if commit else None
     return {"kind": "hub", "root": root, "snapshot": snapshot, "commit": commit, "revision": revision}
-
-
-def read_text(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def walk(folder):

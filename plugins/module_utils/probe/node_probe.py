@@ -16,6 +16,7 @@ import socket
 import stat
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import image_info as ii, model_files as mf, ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.roce import nccl_choice, read_devices
@@ -282,7 +283,7 @@ def model(models_dir, model_id, revision=None):
     except mf.ModelError:
         return None, None
     snapshot = where["snapshot"]
-    text = mf.read_text(os.path.join(snapshot, "config.json")) if snapshot else None
+    text = read_text(os.path.join(snapshot, "config.json")) if snapshot else None
     if text is None:
         return None, None
     try:
