@@ -78,3 +78,25 @@ def test_each_module_utils_file_holds_one_concern_under_350_lines():
             lines = handle.read().count("\n")
         assert lines < 350, "%s has %d lines: split it by concern" % (os.path.relpath(path, ROOT), lines)
     assert not glob.glob(os.path.join(ROOT, "plugins", "module_utils", "*.py")), "module_utils files belong in a stage's folder"
+
+
+# A module_utils file named anywhere in the checkout (a comment, a doc, a link): `module_utils/<stage>/<name>.py`.
+MENTION = re.compile(r"module_utils/[a-z_]+/[a-z_]+\.py")
+THIS = os.path.relpath(os.path.abspath(__file__), ROOT)  # names a gone file on purpose
+
+
+def mentions():
+    """(file, path named) for every module_utils file a tracked source, doc or task file names."""
+    found = []
+    for pattern in ("*.md", "docs/*.md", "roles/*/*/*.yml", "roles/*/*/*.j2", "playbooks/*.yml", "playbooks/tasks/*.yml",
+                    "plugins/*/*.py", "plugins/module_utils/*/*.py", "scripts/*.py", "tests/*/*.py", "tests/*/*/*.py"):
+        for path in glob.glob(os.path.join(ROOT, pattern)):
+            with open(path, encoding="utf-8") as handle:
+                found += [(os.path.relpath(path, ROOT), m) for m in MENTION.findall(handle.read())]
+    return found
+
+
+def test_every_module_utils_file_a_comment_or_doc_names_exists():
+    gone = sorted({"%s: %s" % (where, name) for where, name in mentions()
+                   if not os.path.isfile(os.path.join(ROOT, "plugins", name)) and where != THIS})
+    assert not gone, "named but not there (moved or renamed?):\n" + "\n".join(gone)

@@ -46,7 +46,7 @@ def unit_name(cluster):
 
 def ray_port_flags(is_head, offset=0):
     """The `ray start` flags that pin its ports (the head's client server too), each moved by ``offset``: a second Ray
-    cluster on the same node (another deployment, module_utils/plan/deployments.py) needs ports of its own."""
+    cluster on the same node (another deployment, module_utils/plan/placement.py) needs ports of its own."""
     flags = []
     for flag, port in RAY_PORTS.items():
         flags += [flag, str(port + offset)]

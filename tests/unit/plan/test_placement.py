@@ -1,4 +1,4 @@
-"""fleet: several deployments on one cluster, each planned on its own, then checked across (ports, memory, names)."""
+"""placement: several deployments on one cluster, each planned on its own, then checked across (ports, memory, names)."""
 
 import copy
 import os
@@ -26,7 +26,7 @@ TWO = [{"name": "chat", "profile": "sim_tiny", "nodes": "spark_cluster"},
        {"name": "coder", "profile": "sim_tiny", "nodes": ["spark1", "spark2"]}]
 
 
-def fleet_plan(tmp_path, deployments=None, served=("sim-tiny", "sim-tiny-coder"), **settings):
+def several_plan(tmp_path, deployments=None, served=("sim-tiny", "sim-tiny-coder"), **settings):
     deployments = copy.deepcopy(deployments or TWO)
     known = {d.get("name"): tiny(s) for d, s in zip(deployments, served)}
     return planner.make_plan(cluster(tmp_path, **settings), listed=deployments, profiles_of=known)
@@ -37,7 +37,7 @@ def messages(plan):
 
 
 def test_two_deployments_on_the_same_two_nodes_each_get_their_own_names_ports_and_ray(tmp_path):
-    plan = fleet_plan(tmp_path)
+    plan = several_plan(tmp_path)
     assert plan["ok"], messages(plan)
     chat, coder = plan["deployments"]["chat"], plan["deployments"]["coder"]
     assert chat["nodes"]["spark1"]["containers"][0]["name"] == "dgx-spark-chat-ray-spark1"
@@ -67,17 +67,17 @@ def test_deployments_that_together_overcommit_a_shared_node_are_refused_with_the
     deployments = copy.deepcopy(TWO)
     for d in deployments:
         d["overrides"] = {"gpu_memory_utilization": 0.6}  # each fits alone (71.8 of 117.3 GiB), not both
-    plan = fleet_plan(tmp_path, deployments)
+    plan = several_plan(tmp_path, deployments)
     assert not plan["ok"]
     found = [m for m in messages(plan) if "together ask for" in m]
     assert len(found) == 2 and found[0].startswith("spark1: deployments chat (")
     assert "set overrides: {gpu_memory_utilization: 0.35} in deployment coder's entry, or place it on other nodes" in found[0], found[0]
     deployments[1]["overrides"]["gpu_memory_utilization"] = 0.35  # the fix the message names is enough
-    plan = fleet_plan(tmp_path, deployments)
+    plan = several_plan(tmp_path, deployments)
     assert plan["ok"], messages(plan)
     assert plan["shared_nodes"]["spark1"]["left_bytes"] >= GIB
     deployments[0]["overrides"]["gpu_memory_utilization"] = 0.93  # alone it fits; beside it nothing does
-    found = [m for m in messages(fleet_plan(tmp_path, deployments)) if "together ask for" in m]
+    found = [m for m in messages(several_plan(tmp_path, deployments)) if "together ask for" in m]
     assert found and found[0].endswith("the others leave deployment coder no room there: place it on other nodes, or lower "
                                        "the others' gpu_memory_utilization"), found
 
@@ -85,23 +85,23 @@ def test_deployments_that_together_overcommit_a_shared_node_are_refused_with_the
 def test_colliding_ports_and_served_names_are_refused_naming_both(tmp_path):
     deployments = copy.deepcopy(TWO)
     deployments[1]["port"] = 8001
-    plan = fleet_plan(tmp_path, deployments)
+    plan = several_plan(tmp_path, deployments)
     assert ("spark1: deployment chat's API port 8001 and deployment coder's API port 8001 collide; set deployment coder's "
             "port in vllm_deployments to move it") in messages(plan), messages(plan)
     deployments[1].update(port=None, ray_ports_offset=0, ray_port=6379)
-    plan = fleet_plan(tmp_path, deployments)
+    plan = several_plan(tmp_path, deployments)
     assert ("spark2: deployment chat's Ray ports 6800-6805 and deployment coder's Ray ports 6800-6805 collide; set deployment "
             "coder's ray_ports_offset in vllm_deployments to move it") in messages(plan), messages(plan)
     assert any("deployment chat's Ray GCS port 6379 and deployment coder's Ray GCS port 6379" in m for m in messages(plan))
-    plan = fleet_plan(tmp_path, served=("sim-tiny", "sim-tiny"))
+    plan = several_plan(tmp_path, served=("sim-tiny", "sim-tiny"))
     assert messages(plan) == ["deployments chat and coder all serve the model name sim-tiny; the gateway routes by name, so "
                               "give each its own served_name (in vllm_deployments, or its profile's model.served_name)"]
     deployments[1]["served_name"] = "coder"  # the deployment's own name for the gateway wins over its profile's
-    plan = fleet_plan(tmp_path, deployments, served=("sim-tiny", "sim-tiny"))
+    plan = several_plan(tmp_path, deployments, served=("sim-tiny", "sim-tiny"))
     assert "deployments chat and coder all serve" not in " ".join(messages(plan))
     assert plan["deployments"]["coder"]["cluster"]["endpoint"]["served_model_name"] == "coder"
     deployments[1].update(ray_port=None, ray_ports_offset=None, port=8000)
-    plan = fleet_plan(tmp_path, deployments)
+    plan = several_plan(tmp_path, deployments)
     assert any(m.startswith("spark1: the gateway's port (vllm_port) 8000 and deployment coder's API port 8000 collide")
                for m in messages(plan))
 
@@ -112,7 +112,7 @@ def test_bad_deployment_entries_are_refused_before_any_plan(tmp_path):
            {"name": "c", "profile": "sim_tiny", "nodes": "no_such_group"},
            {"name": "c", "profile": "sim_tiny", "nodes": ["spark1", "spark1"]},
            {"name": "d", "profile": "sim_tiny", "nodes": "spark_cluster", "overrides": ["gpu_memory_utilization", 0.5]}]
-    plan = fleet_plan(tmp_path, bad, served=("a", "b", "c", "d", "e"))
+    plan = several_plan(tmp_path, bad, served=("a", "b", "c", "d", "e"))
     found = messages(plan)
     assert plan["deployments"] == {} and not plan["ok"]
     assert "deployment Chat_1: name 'Chat_1' must be 1-16 characters of a-z, 0-9 and '-'" in found[0]
@@ -128,13 +128,13 @@ def test_bad_deployment_entries_are_refused_before_any_plan(tmp_path):
 def test_a_deployment_error_names_its_deployment(tmp_path):
     deployments = copy.deepcopy(TWO)
     deployments[1]["overrides"] = {"max_model_len": 100000}
-    plan = fleet_plan(tmp_path, deployments)
+    plan = several_plan(tmp_path, deployments)
     assert [m for m in messages(plan) if m.startswith("deployment coder: max_model_len 100000 exceeds the model's 4096 tokens")]
     assert not [m for m in messages(plan) if m.startswith("deployment chat:")]
 
 
 def test_one_prometheus_watches_every_deployment_and_each_node_is_scraped_once(tmp_path):
-    plan = fleet_plan(tmp_path, monitoring={"enabled": True})
+    plan = several_plan(tmp_path, monitoring={"enabled": True})
     assert plan["ok"], messages(plan)
     watched = plan["monitoring"]
     assert watched["host"] == "spark1" and watched["container"]["name"] == "dgx-spark-prometheus"
@@ -171,7 +171,7 @@ def test_a_new_key_for_one_deployment_restarts_only_that_deployment_and_the_gate
 
 
 def test_the_gateway_serves_every_route_on_the_clusters_port_and_holds_the_keys_only_in_its_file(tmp_path):
-    plan = fleet_plan(tmp_path)
+    plan = several_plan(tmp_path)
     planned = plan["gateway"]
     assert planned["enabled"] and planned["url"] == "http://192.168.1.101:8000"
     spec = planned["container"]
@@ -198,7 +198,7 @@ def test_the_gateway_appears_with_two_deployments_or_when_asked():
 
 def test_the_printed_plan_shows_each_deployment_the_routes_and_what_each_shared_node_keeps(tmp_path):
     from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
-    lines = render.render(fleet_plan(tmp_path))
+    lines = render.render(several_plan(tmp_path))
     assert "== deployment chat ==" in lines and "== deployment coder ==" in lines
     assert "  sim-tiny-coder -> deployment coder at http://192.168.1.101:8002/v1" in lines
     assert ("Shared node spark2: chat 36.9 GiB + coder 36.9 GiB start with 73.8 GiB of 117.3 GiB available, leaving 43.5 GiB "
@@ -217,7 +217,7 @@ def test_teardown_and_status_name_each_deployment_and_the_gateway_without_profil
     assert paths["shared"]["containers"][0] == "dgx-spark-gateway" and paths["shared"]["host"] == "spark1"
     assert paths["shared"]["gateway"]["url"].endswith(":8000") and paths["shared"]["gateway"]["enabled"]
     # the same names the full plan gives
-    full = fleet_plan(tmp_path)
+    full = several_plan(tmp_path)
     assert full["deployments"]["coder"]["nodes"]["spark2"]["containers"][0]["name"] == "dgx-spark-coder-ray-spark2"
     assert full["gateway"]["container"]["name"] == paths["shared"]["containers"][0]
     assert full["gateway"]["folder"] == paths["shared"]["folders"][0]
@@ -230,5 +230,5 @@ def test_a_gateway_asked_for_without_deployments_is_refused_and_one_deployment_m
     inputs["profile"] = tiny()
     plan = planner.make_plan(inputs)
     assert "vllm_gateway: true puts the gateway in front of vllm_deployments, and this inventory has none" in messages(plan)[0]
-    one = fleet_plan(tmp_path, deployments=TWO[:1], gateway={"enabled": True})
+    one = several_plan(tmp_path, deployments=TWO[:1], gateway={"enabled": True})
     assert one["ok"] and one["gateway"]["enabled"] and [r["model"] for r in one["gateway"]["routes"]] == ["sim-tiny"]
