@@ -46,7 +46,7 @@ options:
     default: false
   copy_from:
     description:
-      - On a worker, where its copy comes from, so that RV(model.copy) says what to pull. C(url) is the head's rsync
+      - On a worker, where its copy comes from, so that RV(model.pull) says what to pull. C(url) is the head's rsync
         module of its cache folder, C(password_file) the 0600 file of the copy's one-time secret on this node, C(sources)
         the head's RV(model.sources), and C(each_min_bytes) the size from which a file is pulled on its own (its bytes
         shown while it comes).
@@ -112,11 +112,11 @@ model:
     free_bytes:
       description: Free space of the file system holding O(models_dir) (or its nearest existing parent).
       type: int
-    copy:
+    pull:
       description:
-        - With O(copy_from), what to pull. C(pulls) are the large files this node lacks, each with C(path), C(bytes), C(dest)
-          and the rsync C(argv) that appends to it. C(oversized) are the files larger than the head's, removed first.
-          C(rest_argv) is the rsync that brings the rest.
+        - With O(copy_from), what to pull (not C(copy), which Jinja reads as the dict's method). C(pulls) are the large
+          files this node lacks, each with C(path), C(bytes), C(dest) and the rsync C(argv) that appends to it.
+          C(oversized) are the files larger than the head's, removed first. C(rest_argv) is the rsync that brings the rest.
       type: dict
     manifest:
       description: The manifest used (O(manifest), the one kept on this node, or null).
@@ -198,7 +198,7 @@ def main():
     result["manifest"] = manifest
     given = params["copy_from"]
     if given:  # what this worker pulls from the head to complete its copy (model_files.copy_plan)
-        result["copy"] = mf.copy_plan(result, where["root"], given["sources"], given["url"], given["password_file"],
+        result["pull"] = mf.copy_plan(result, where["root"], given["sources"], given["url"], given["password_file"],
                                       given.get("each_min_bytes") or 0)
     module.exit_json(changed=False, model=result)
 

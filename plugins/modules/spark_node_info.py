@@ -299,7 +299,7 @@ def main():
             sysfs_root=dict(type="path", default="/sys"),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             docker=dict(type="str", default="docker"),
-            deployments=dict(type="dict", options=None),
+            deployments=dict(type="dict"),
             **DEPLOYMENT_OPTIONS
         ),
         supports_check_mode=True,

@@ -143,7 +143,7 @@ def main():
                 sup.stop()
                 if os.path.exists(where["status"]):  # its last look is history now; status.yml must not show it as current
                     supervisor.write_status(where["status"], {"state": "off", "detail": "vllm_boot_start is false",
-                                                        "events": (sup.status() or {}).get("events") or []})
+                                                              "events": (sup.status() or {}).get("events") or []})
             elif start:
                 sup.start(restart=result["running"])
             result["running"] = sup.running()

@@ -10,7 +10,7 @@ import os
 import re
 
 import jinja2
-import jinja2.nodes as nodes
+from jinja2 import nodes
 import pytest
 import yaml
 
@@ -95,6 +95,8 @@ def walk_definitions(data, names):
 
 
 ENV = jinja2.Environment()
+# Jinja's `a.b` looks for the attribute first: a key named like one of a dict's methods reads the method.
+DICT_METHODS = {n for n in dir(dict) if not n.startswith("_")}
 
 
 def template_of(key, text):
@@ -136,6 +138,10 @@ def judge(key, text, known):
             wrong.append("joins %r to a value: take the whole value from the plan" % consts)
         elif any(c.startswith("/") or c.endswith("/") or LABEL_KEY.search(c) for c in consts):
             wrong.append("builds a path or a label key (%r), even in a message" % consts)
+    called = {id(c.node) for c in tree.find_all(nodes.Call)}
+    for attr in tree.find_all(nodes.Getattr):
+        if attr.attr in DICT_METHODS and id(attr) not in called:
+            wrong.append("reads .%s, which Jinja gives as the dict's method, not the key: rename the key" % attr.attr)
     for const in tree.find_all(nodes.Const):
         if isinstance(const.value, str) and const.value not in ALLOWED_PATHS and (
                 const.value.startswith("/") or "://" in const.value or LABEL_KEY.search(const.value)) and not words:
@@ -172,6 +178,7 @@ def test_the_scan_sees_each_offender_put_back():
         "a container name": ("name", "{{ vllm_cluster_name }}-ray-{{ inventory_hostname }}"),
         "an undocumented variable": ("when", "vllm_undocumented_switch | bool"),
         "a path in an expression": ("path", "{{ '/var/lib/dgx-spark-vllm' if true else '' }}"),
+        "a key named like a dict's method": ("loop", "{{ model_files.model.copy.oversized }}"),
     }
     for what, (key, text) in planted.items():
         if what == "a container name":  # a task's name says what; a container's is a value (the docker module's name)

@@ -112,8 +112,8 @@ def test_the_gateway_config_refuses_an_empty_key_naming_whose():
 
 def test_the_host_guard_files_and_the_swap_layout_name_each_finding():
     planned = host_guard.host_guard_files({"earlyoom_mem_percent": 4, "earlyoom_swap_percent": 100, "earlyoom_report_seconds": 3600,
-                                            "earlyoom_avoid": "(^|/)(sshd)$", "earlyoom_prefer": "^(VLLM::|ray::|vllm)",
-                                            "sshd_oom_score_adj": -1000, "sshd_service": "ssh", "protect_docker": True})
+                                           "earlyoom_avoid": "(^|/)(sshd)$", "earlyoom_prefer": "^(VLLM::|ray::|vllm)",
+                                           "sshd_oom_score_adj": -1000, "sshd_service": "ssh", "protect_docker": True})
     assert planned["earlyoom"]["path"] == "/etc/default/earlyoom"
     assert "EARLYOOM_ARGS=\"-m 4 -s 100 -r 3600 --avoid '(^|/)(sshd)$' --prefer '^(VLLM::|ray::|vllm)'\"" in planned["earlyoom"]["content"]
     assert [d["path"] for d in planned["drop_ins"]] == ["/etc/systemd/system/ssh.service.d/50-oom-score-adjust.conf",

@@ -49,8 +49,8 @@ def test_an_unknown_change_is_refused(spec):
 
 
 def test_a_shared_container_off_is_removed_by_name_and_one_without_ipc_or_env_is_applied():
-    assert container_apply.docker_container_args({"name": "dgx-spark-gateway"}, "remove") == {"name": "dgx-spark-gateway",
-                                                                                               "state": "absent"}
+    assert container_apply.docker_container_args({"name": "dgx-spark-gateway"}, "remove") == {
+        "name": "dgx-spark-gateway", "state": "absent"}
     prometheus = {"name": "dgx-spark-prometheus", "image": "prom/prometheus:v2.53.4", "network_mode": "host",
                   "command": ["--config.file=/etc/prometheus/prometheus.yml"], "volumes": ["/s/config:/etc/prometheus:ro"],
                   "restart_policy": "unless-stopped", "labels": {"dgx_spark.vllm.managed": "true"}}

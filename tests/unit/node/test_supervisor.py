@@ -15,7 +15,6 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canar
 from helpers import ROOT, read_fixture, run_module, spark_inputs
 
 
-
 def plan(tmp_path, **settings):
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
     made = deployment.plan_deployment(spark_inputs(m25, tmp_path, settings=settings))

@@ -34,9 +34,9 @@ def test_names_reports_and_mounts():
     settings = base.normalize_settings({"cluster_name": "lab", "artifacts_dir": "/inv/.artifacts"})
     assert base.container_name(settings, "ray", "spark1") == "lab-ray-spark1"
     assert base.reports(settings) == {"plan": "/inv/.artifacts/plan.json", "summary": "/inv/.artifacts/summary.json",
-                                           "last_known_good": "/inv/.artifacts/last-known-good.json",
-                                           "canary": "/inv/.artifacts/canary-reference.json", "bench": "/inv/.artifacts/bench",
-                                           "logs": "/inv/.artifacts/logs"}
+                                      "last_known_good": "/inv/.artifacts/last-known-good.json",
+                                      "canary": "/inv/.artifacts/canary-reference.json", "bench": "/inv/.artifacts/bench",
+                                      "logs": "/inv/.artifacts/logs"}
     assert base.reports(base.normalize_settings({}))["plan"] is None
     assert base.mounts() == {"state": "/dgx-spark", "models": "/models"}
 

@@ -56,7 +56,7 @@ def test_a_row_is_read_from_the_result_file_vllm_bench_serve_wrote():
     assert row["output_tokens_per_s"] == round(result["output_throughput"], 3) and row["ttft_p99_ms"] == round(result["p99_ttft_ms"], 3)
     assert row["itl_p50_ms"] == round(result["p50_itl_ms"], 3) and row["config_hash"] == "h"
     missing = bench_results.rows([point], [{"failed": True, "msg": "file not found"}],
-                         [{"rc": 1, "stderr": "Traceback ...\nConnectionRefusedError: [Errno 111] Connection refused"}], DEPLOYMENT)[0]
+                                 [{"rc": 1, "stderr": "Traceback ...\nConnectionRefusedError: [Errno 111] Connection refused"}], DEPLOYMENT)[0]
     assert missing["completed"] == 0 and missing["errors"] == 4 and missing["output_tokens_per_s"] is None
     assert missing["failure"] == "vllm bench serve exited 1: ConnectionRefusedError: [Errno 111] Connection refused"
     text = bench_results.csv_text(made + [missing])

@@ -41,7 +41,7 @@ def test_container_spec_keeps_logs_and_labels_and_takes_the_profile_shm():
 def test_fetch_helper_runs_in_the_image_with_the_token_as_a_file():
     settings = inputs(hf_endpoint="http://mirror:8090", model_verify_checksums=True)["settings"]
     argv = commands.model_fetch_argv(inputs(hf_endpoint="http://mirror:8090", model_verify_checksums=True), "spark1",
-                                          node_paths(settings, "spark1", "org/m"), "org/m", None)
+                                     node_paths(settings, "spark1", "org/m"), "org/m", None)
     assert argv[:5] == ["docker", "run", "--rm", "--name", "dgx-spark-model-fetch"]
     assert "HF_ENDPOINT=http://mirror:8090" in argv and argv[-1] == "--checksums"
     assert argv[argv.index("--revision") + 1] == "main" and argv[argv.index("--token-file") + 1] == "/dgx-spark/secrets/hf_token"

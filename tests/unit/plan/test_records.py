@@ -117,7 +117,7 @@ def test_check_mode_reports_what_would_change_or_fail_and_never_a_rollback(tmp_p
     assert checked["outcome"] == "checked" and checked["message"].startswith(
         "Check mode: the upgrade to vllm-local:26.06 (b2b2b2b2b2b2, minimax_m25_nvfp4_ep) would change image: vllm-local:26.05 -> ")
     failed = upgrade.upgrade_report(recorded, planned, change, [{"host": "spark2", "task": "Copy", "message": "no disk"}],
-                                        None, 1.0, 2.0, None, True)
+                                    None, 1.0, 2.0, None, True)
     assert failed["outcome"] == "would_fail" and "would fail: spark2: Copy: no disk. Nothing was changed" in failed["message"]
 
 

@@ -12,7 +12,6 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canar
 from helpers import ROOT, read_fixture, spark_inputs
 
 
-
 def plan(tmp_path, **overrides):
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
     inputs = spark_inputs(m25, tmp_path)
