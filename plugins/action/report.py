@@ -5,8 +5,7 @@
 
 It runs in the controller's Ansible process: no module to start, so a report costs milliseconds, not the second
 a local copy task takes. A report is not state of the cluster: the task never reports a change. A report whose content
-is already in the file is not written again, nor one that differs only in its ``volatile`` keys (timings that move on
-every run): a run that changes nothing writes nothing.
+is already in the file is not written again: a run that changes nothing writes nothing.
 """
 
 from __future__ import annotations
@@ -20,13 +19,7 @@ from ansible_collections.dgx_spark.vllm.plugins.plugin_utils.controller import C
 ARGUMENT_SPEC = dict(
     path=dict(type="path", required=True),
     data=dict(type="raw", required=True),
-    volatile=dict(type="list", elements="str", default=[]),
 )
-
-
-def steady(data, volatile):
-    """``data`` without its top-level keys named in ``volatile`` (what moves on every run: a timing, say)."""
-    return {k: v for k, v in data.items() if k not in volatile} if isinstance(data, dict) else data
 
 
 class ActionModule(ControllerAction):
@@ -44,8 +37,7 @@ class ActionModule(ControllerAction):
         try:
             with open(path, encoding="utf-8") as handle:
                 kept = handle.read()
-            if kept == text or (args["volatile"] and steady(json.loads(kept), args["volatile"])
-                                == steady(json.loads(text), args["volatile"])):
+            if kept == text:
                 os.chmod(path, 0o600)  # a file left by an older run keeps no wider mode
                 result["written"] = False
                 return result

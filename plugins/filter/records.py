@@ -21,11 +21,6 @@ def deployment_restore(recorded):
     return records.restore(recorded)
 
 
-def kept_images_to_remove(image_ls_lines, recorded, cluster_name):
-    """This cluster's kept image tags on a node that the record no longer keeps."""
-    return records.kept_to_remove([line.strip() for line in image_ls_lines if line.strip()], recorded, cluster_name)
-
-
 def upgrade_change(recorded, plan):
     """What a plan changes from the recorded deployment, one ``what: before -> after`` line each."""
     return upgrade.change(recorded or {}, plan)
@@ -46,5 +41,5 @@ class FilterModule:
 
     def filters(self):
         return {"last_known_good_record": last_known_good_record, "deployment_restore": deployment_restore,
-                "kept_images_to_remove": kept_images_to_remove, "upgrade_change": upgrade_change,
+                "upgrade_change": upgrade_change,
                 "upgrade_failure_line": upgrade_failure_line, "upgrade_report": upgrade_report}

@@ -14,13 +14,8 @@ def serve_summary(plan, launched, seconds_to_ready, endpoint, canary=None, trans
     return summary.summary(plan, launched, seconds_to_ready, endpoint, canary, transport)
 
 
-def summary_volatile(dummy=None):
-    """The summary's fields that move on every run (its timings): a report that differs only in them is not written."""
-    return list(summary.VOLATILE)
-
-
 class FilterModule:
     """dgx_spark.vllm's serve summary filters."""
 
     def filters(self):
-        return {"serve_summary": serve_summary, "summary_volatile": summary_volatile}
+        return {"serve_summary": serve_summary}

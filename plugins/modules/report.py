@@ -40,13 +40,6 @@ options:
     description: What to write.
     type: raw
     required: true
-  volatile:
-    description:
-      - Top-level keys of O(data) that move on every run (a timing). A file that differs from O(data) only in them is not
-        written again.
-    type: list
-    elements: str
-    default: []
 """
 
 EXAMPLES = r"""

@@ -17,8 +17,15 @@ description:
   - This module installs the plan's supervisor (module_utils/plan/boot.py says what it does), that is its plan file, its unit
     (ordered after Docker), a copy of the collection's modules it runs, and starts it. The order and the waits are
     the plan's data (O(boot)); the module writes them and changes nothing else.
-  - O(state=held) makes the supervisor keep its hands off while a playbook changes the cluster; O(state=present)
-    releases it. O(state=absent) stops it and removes every file it wrote, and only those.
+  - O(state=held) installs it held before a playbook changes the cluster (the hold first, so that a supervisor
+    already running never acts on a plan not verified yet); held, it brings nothing back and serves the node's
+    figures. O(state=present) installs it and releases it once the deployment is verified; the hold goes and the
+    supervisor is woken to look at once, not restarted. O(state=absent) stops it and removes every file it wrote,
+    and only those.
+  - With O(record), O(state=present) is serve.yml's whole commit on the node in one call
+    (module_utils/node/kept_image.py), that is the verified image kept under the record's C(kept_image) tag, this cluster's
+    kept tags the record no longer lists let go of, and on the head (O(record_path)) the record written where it
+    differs.
   - On a node without systemd (the simulated cluster), the unit's command is started detached instead, and its
     C(multi-user.target.wants) link is what the node's init reads at boot.
 author:
@@ -47,6 +54,21 @@ options:
     description: Who holds the supervisor (shown by status.yml), with O(state=held).
     type: str
     default: a playbook
+  record:
+    description:
+      - The verified deployment's last-known-good record (the filter P(dgx_spark.vllm.last_known_good_record#filter)).
+        Its C(kept_image) is the tag this node keeps the image under, its C(kept_images) the kept tags that stay.
+      - With O(state=present) only.
+    type: dict
+  record_path:
+    description: Where the head keeps the record (C(plan.nodes[<head>].paths.last_known_good_file)); omitted on workers.
+    type: str
+  image:
+    description: The verified image (C(plan.cluster.image)), with O(record).
+    type: str
+  cluster:
+    description: The deployment's name, which this cluster's kept tags carry (C(plan.cluster.name)), with O(record).
+    type: str
 """
 
 EXAMPLES = r"""
@@ -59,11 +81,24 @@ EXAMPLES = r"""
 - name: Install it, start it and release it
   dgx_spark.vllm.vllm_boot:
     boot: "{{ plan.nodes[inventory_hostname].boot }}"
+
+- name: Release it, keep the verified image and record the deployment on the head
+  dgx_spark.vllm.vllm_boot:
+    boot: "{{ plan.nodes[inventory_hostname].boot }}"
+    record: "{{ record }}"
+    record_path: "{{ plan.nodes[inventory_hostname].paths.last_known_good_file if plan.nodes[inventory_hostname].is_head else omit }}"
+    image: "{{ plan.cluster.image }}"
+    cluster: "{{ plan.cluster.name }}"
 """
 
 RETURN = r"""
 written:
-  description: The files written (or that would be).
+  description: The supervisor's files written (or that would be).
+  returned: always
+  type: list
+  elements: str
+kept:
+  description: With O(record), what the commit did (or would do) besides the supervisor, one line each.
   returned: always
   type: list
   elements: str
@@ -83,14 +118,11 @@ next_boot:
 
 import json
 import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
-
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import kept_image
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text, run
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor_control import Supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
 
@@ -99,58 +131,40 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(boot=dict(type="dict", required=True),
                            state=dict(type="str", default="present", choices=["present", "held", "absent", "probed"]),
-                           holder=dict(type="str", default="a playbook")),
+                           holder=dict(type="str", default="a playbook"),
+                           record=dict(type="dict"),
+                           record_path=dict(type="str"),
+                           image=dict(type="str"),
+                           cluster=dict(type="str")),
+        required_by={"record": ("image", "cluster")},
         supports_check_mode=True,
     )
-    sup = Supervisor(module.params["boot"], lambda argv: run(module, argv), module.fail_json)
-    where, state, enabled = sup.where, module.params["state"], bool(sup.plan.get("enabled"))
-    linked = os.path.islink(where["wants"])
-    held = os.path.exists(where["hold"])
-    result = dict(changed=False, written=[], running=sup.running())
-    if state == "held":
-        result["changed"] = not held and os.path.exists(where["config"])  # nothing installed: nothing to hold
-        if result["changed"] and not module.check_mode:
-            supervisor.write_text(where["hold"], "%s since %s\n" % (module.params["holder"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())), 0o644)
-    elif state == "absent":
+    params = module.params
+    sup = Supervisor(params["boot"], lambda argv: run(module, argv), module.fail_json)
+    where, state = sup.where, params["state"]
+    result = dict(changed=False, written=[], kept=[], running=sup.running())
+    if state == "absent":
         present, lib = sup.installed()
         result["changed"] = bool(present) or lib
         if result["changed"] and not module.check_mode:
             sup.remove()
         result["running"] = False if not module.check_mode else result["running"]
-    elif state == "present":
-        files = boot.files(sup.plan)  # boot imports every module it copies, so AnsiballZ carries them all
-        stale = [(path, content, mode) for path, content, mode in files if read_text(path) != content]
-        code_changed = any(path.endswith(".py") for path, dummy, dummy2 in stale)
-        relink = enabled != linked
-        result["written"] = [path for path, dummy, dummy2 in stale]
-        start = enabled and (not result["running"] or code_changed or held)
-        result["changed"] = bool(stale) or relink or held or start or (not enabled and result["running"])
-        before = read_text(where["config"])
+    elif state in ("present", "held"):
+        done = sup.install(params["holder"] if state == "held" else None, module.check_mode)
+        result.update(changed=done["changed"], written=done["written"])
         if module._diff:
-            result["diff"] = dict(before=dict(plan=before, at_boot=linked, held=held),
-                                  after=dict(plan=files[0][1], at_boot=enabled, held=False))
-        if result["changed"] and not module.check_mode:
-            for path, content, mode in stale:
-                supervisor.write_text(path, content, mode)
-            if relink and enabled:
-                os.makedirs(os.path.dirname(where["wants"]), exist_ok=True)
-                os.symlink(where["unit"], where["wants"])
-            elif relink:
-                os.remove(where["wants"])
-            if held:
-                os.remove(where["hold"])
-            if not enabled:
-                sup.stop()
-                if os.path.exists(where["status"]):  # its last look is history now; status.yml must not show it as current
-                    supervisor.write_status(where["status"], {"state": "off", "detail": "vllm_boot_start is false",
-                                                              "events": (sup.status() or {}).get("events") or []})
-            elif start:
-                sup.start(restart=result["running"])
-            result["running"] = sup.running()
+            result["diff"] = done["diff"]
+        if params["record"] and state == "present":
+            result["kept"], problem = kept_image.keep(params["record"], params["image"], params["cluster"],
+                                                      lambda argv: run(module, argv), module.check_mode, params["record_path"])
+            result["changed"] = result["changed"] or bool(result["kept"])
+            if problem:
+                module.fail_json(msg=problem, **result)
+        result["running"] = sup.running() if not module.check_mode else result["running"]
     status = sup.status()
     result["status"] = status or {}
-    if state == "present":
-        config, at_boot = sup.plan["config"], enabled
+    if state in ("present", "held"):
+        config, at_boot = sup.plan["config"], bool(sup.plan.get("enabled"))
     else:  # what is installed on the node now
         try:
             config = json.loads(read_text(where["config"]) or "null")

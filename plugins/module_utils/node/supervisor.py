@@ -8,7 +8,9 @@ A step that waits (``tcp``, ``join``, ``health``) ends the look when it is not y
 (``container``, ``driver``) checks the memory first and refuses to start when it does not fit, saying why in the
 status file, which status.yml shows. A worker that reboots kills the head's vLLM (its rank is gone); the head's
 supervisor starts vLLM again once the worker has joined. Playbooks that change the cluster hold the supervisor
-(``hold`` file) while they work, so it never fights them; teardown removes it.
+(``hold`` file) while they work, so it never fights them; teardown removes it. A playbook that releases it sends it
+SIGHUP: it looks at once instead of at its next look (module_utils/node/supervisor_control.py), and its figures
+never stop answering.
 
 With monitoring on (module_utils/plan/monitoring.py), the supervisor also serves the node's unified-memory figures and
 its own state on the node's fabric address (module_utils/node/metrics.py), for the head's Prometheus.
@@ -23,6 +25,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -269,10 +273,25 @@ def write_status(path, status):
     write_text(path, json.dumps(status, indent=2, sort_keys=True))
 
 
-def main(argv=None, ops=None, sleep=time.sleep, rounds=None):
+def napper():
+    """A sleep that SIGHUP ends early: the signal writes to a pipe the sleep waits on (signal.set_wakeup_fd), so a
+    release is looked at at once, whatever the daemon was doing when it came."""
+    readable, writable = os.pipe()
+    os.set_blocking(writable, False)
+    signal.set_wakeup_fd(writable)
+    signal.signal(signal.SIGHUP, lambda signum, frame: None)
+
+    def nap(seconds):
+        if select.select([readable], [], [], seconds)[0]:
+            os.read(readable, 4096)
+    return nap
+
+
+def main(argv=None, ops=None, sleep=None, rounds=None):
     """Run the supervisor of the plan file ``argv[0]`` until the file is gone (teardown)."""
     config_path = (argv or sys.argv[1:])[0]
     ops = ops or Ops()
+    sleep = sleep or napper()
     memo, status, shared, server = {}, None, {}, None
     while rounds is None or rounds > 0:
         rounds = None if rounds is None else rounds - 1

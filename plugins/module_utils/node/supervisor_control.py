@@ -1,17 +1,25 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The supervisor as a node's root controls it (module_utils/plan/boot.py plans it, module_utils/node/supervisor.py is the daemon): started, stopped and
-removed under systemd (its unit) or without it (a detached process that records its PID in its status file). Used by
-the vllm_boot module and by node_teardown, which removes it first so that it starts nothing again. ``run(argv)``
-returns (rc, stdout, stderr); ``fail(msg=...)`` ends the module."""
+"""The supervisor as a node's root controls it (module_utils/plan/boot.py plans it, module_utils/node/supervisor.py is
+the daemon): installed held or released, started, stopped and removed, under systemd (its unit) or without it (a
+detached process that records its PID in its status file). Used by the vllm_boot module and by node_teardown, which
+removes it first so that it starts nothing again. ``run(argv)`` returns (rc, stdout, stderr); ``fail(msg=...)`` ends
+the module.
+
+A playbook that changes the cluster installs the plan's supervisor held before it changes anything: the hold is
+written first, so that a supervisor already running never acts on a plan not verified yet, and the held supervisor
+serves the node's figures from then on. Once the deployment is verified, the release removes the hold and wakes it
+(SIGHUP: it looks at once); it is not restarted, so its figures never stop answering."""
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor_state
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor, supervisor_state
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.netplan_try import detached
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
 
@@ -59,6 +67,56 @@ class Supervisor:
                 if not self.pid():
                     return
                 time.sleep(0.1)
+
+    def wake(self):
+        """Make it look at once (a release): SIGHUP ends its wait between looks."""
+        pid = self.pid()
+        if pid:
+            try:
+                os.kill(int(pid), signal.SIGHUP)
+            except OSError:
+                pass
+
+    def install(self, holder=None, check=False):
+        """Install this plan's supervisor where the node's copy differs and run it as the plan says (started when
+        enabled, stopped when not). With ``holder`` it is held: the hold first (an existing hold is kept), then the
+        files, then the start. Without, it is released: the hold goes and it is woken, not restarted. Returns what
+        the module reports: changed, written, diff."""
+        where, enabled = self.where, bool(self.plan.get("enabled"))
+        linked, held, running = os.path.islink(where["wants"]), os.path.exists(where["hold"]), self.running()
+        files = boot.files(self.plan)  # boot imports every module it copies, so AnsiballZ carries them all
+        stale = [(path, content, mode) for path, content, mode in files if read_text(path) != content]
+        hold = holder is not None
+        relink = enabled != linked
+        start = enabled and (not running or any(path.endswith(".py") for path, dummy, dummy2 in stale))
+        stop = running and not enabled
+        result = {"changed": bool(stale) or relink or hold != held or start or stop,
+                  "written": [path for path, dummy, dummy2 in stale],
+                  "diff": {"before": {"plan": read_text(where["config"]), "at_boot": linked, "held": held},
+                           "after": {"plan": files[0][1], "at_boot": enabled, "held": hold or held}}}
+        if not result["changed"] or check:
+            return result
+        if hold and not held:
+            supervisor.write_text(where["hold"], "%s since %s\n" % (holder, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+        for path, content, mode in stale:
+            supervisor.write_text(path, content, mode)
+        if relink and enabled:
+            os.makedirs(os.path.dirname(where["wants"]), exist_ok=True)
+            os.symlink(where["unit"], where["wants"])
+        elif relink:
+            os.remove(where["wants"])
+        if held and not hold:
+            os.remove(where["hold"])
+        if stop:
+            self.stop()
+            if os.path.exists(where["status"]):  # its last look is history now; status.yml must not show it as current
+                supervisor.write_status(where["status"], {"state": "off", "detail": "vllm_boot_start is false",
+                                                          "events": (self.status() or {}).get("events") or []})
+        elif start:
+            self.start(restart=running)
+        elif held and not hold:
+            self.wake()
+        return result
 
     def running(self):
         return supervisor_state.supervisor_running(self.where, self.plan["unit_name"], self.run)

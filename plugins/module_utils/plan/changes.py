@@ -80,11 +80,11 @@ def decide_changes(inputs, nodes, cluster, head):
             serve["stop_first"] = bool(vllm and vllm.get("running") and changing)
     cluster.setdefault("serve_config_hash", nodes.get(head, {}).get("serve", {}).get("config_hash"))
     launching = any((nodes[n].get("serve") or {}).get("change", "none") != "none" for n in order)
-    for name in order:  # before a launch, the memory teardown compares each node's with (fact 3); serve.yml writes it
+    for name in order:  # before a launch, the memory teardown compares each node's with (fact 3), with the state files
         found = inputs["nodes"][name].get("memory")
-        nodes[name]["writes"]["baseline"] = ({"path": nodes[name]["paths"]["baseline_file"], "mode": "0644",
-                                              "content": json.dumps(found, indent=4, sort_keys=True) + "\n"}
-                                             if launching and found else None)
+        if launching and found:
+            nodes[name]["writes"]["files"].append({"path": nodes[name]["paths"]["baseline_file"], "mode": "0644",
+                                                   "content": json.dumps(found, indent=4, sort_keys=True) + "\n"})
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
     cluster["apply_needed"] = (bool(cluster["changes"]) or launching

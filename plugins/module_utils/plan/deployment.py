@@ -203,7 +203,6 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
         "name": settings["cluster_name"], "image": settings["image"], "image_id": image.get("id"), "vllm_version": image.get("version"),
         "kept_image": records.kept_tag(settings["cluster_name"], image.get("id")), "images_kept": settings["images_kept"],
         "kept_reference": records.kept_reference(settings["cluster_name"]),
-        "kept_list_argv": records.kept_list_argv(settings["cluster_name"]),
         "transport": "roce" if use_roce else "socket", "nccl_strict": bool(settings["nccl_strict"] and use_roce),
         "expected_ray_nodes": len(order) if backend == "ray" else None,
         "expected_ray_gpus": len(order) * settings["gpus_per_node"] if backend == "ray" else None,

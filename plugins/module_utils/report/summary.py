@@ -3,15 +3,11 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """serve.yml's summary of one deployment once it is verified: where it answers, what it runs, how its memory is planned,
 what was launched and how long it took, the smoke tests, the canary and the NCCL transport. Pure; the vllm_serve role
-shows it and writes it beside the plan (summary.json).
-
-The timings (``VOLATILE``) move on every run: a run that launched nothing writes summary.json only when something
-else in it differs (the report action compares without them).
+shows it, and writes it beside the plan (summary.json) after a run that changed the deployment: the file says what the
+last change did, and a run that changes nothing writes nothing.
 """
 
 from __future__ import annotations
-
-VOLATILE = ("first_token_seconds", "smoke_test_seconds", "seconds_to_ready")
 
 
 def parallelism(parallel):

@@ -20,10 +20,10 @@ def test_every_filter_is_registered_once_and_documented_for_ansible_doc():
     assert len(names) == len(set(names)) and set(names) == {
         "env_parity", "environ_vars", "started_container_env", "nccl_transport", "canary_reference", "canary_verdict",
         "node_state", "status_report", "recover_decision", "recover_refusal",
-        "last_known_good_record", "deployment_restore", "kept_images_to_remove", "upgrade_change", "upgrade_failure_line",
+        "last_known_good_record", "deployment_restore", "upgrade_change", "upgrade_failure_line",
         "upgrade_report", "bench_sweep", "bench_rows", "human_bytes", "rsync_summary",
         "ring_failures", "ring_table", "ring_ends", "perftest_argv", "perftest_verdict", "gateway_config",
-        "host_guard_files", "swap_findings", "serve_summary", "summary_volatile"}
+        "host_guard_files", "swap_findings", "serve_summary"}
     documented = {os.path.basename(p)[:-4] for p in glob.glob(os.path.join(ROOT, "plugins", "filter", "*.yml"))}
     assert documented == set(names)
     for name in names:

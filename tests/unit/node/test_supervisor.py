@@ -294,6 +294,38 @@ def test_the_module_installs_starts_holds_releases_and_removes_only_its_files(tm
     assert not run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})["changed"]
 
 
+def wait_for_state(where, state, seconds=15):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        found = json.loads(open(where["status"]).read()) if os.path.exists(where["status"]) else {}
+        if found.get("state") == state:
+            return found
+        time.sleep(0.1)
+    return found
+
+
+@pytest.mark.skipif(os.path.isdir("/run/systemd/system"), reason="the module would use this machine's systemd")
+def test_a_held_install_runs_held_and_a_release_wakes_it_at_once_without_a_restart(tmp_path):
+    spec = module_boot(tmp_path)
+    spec["config"]["interval"] = 60  # a release must not wait for the next look
+    where = spec["paths"]
+    held = run_module("vllm_boot", {"boot": spec, "state": "held", "holder": "serve.yml"})
+    try:
+        assert held["changed"] and held["running"] and os.path.exists(where["hold"]), held
+        assert wait_for_state(where, "held")["detail"].startswith("a playbook is changing the cluster")
+        pid = json.loads(open(where["status"]).read())["pid"]
+        assert not run_module("vllm_boot", {"boot": spec, "state": "held", "holder": "upgrade.yml"})["changed"]
+        assert open(where["hold"]).read().startswith("serve.yml since ")  # the first holder's hold is kept
+        started = time.time()
+        released = run_module("vllm_boot", {"boot": spec})
+        assert released["changed"] and released["written"] == [] and not os.path.exists(where["hold"])
+        serving = wait_for_state(where, "serving", 10)
+        assert serving["state"] == "serving" and time.time() - started < 10
+        assert serving["pid"] == pid  # woken, not restarted: what it serves never stopped
+    finally:
+        run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})
+
+
 def worker_config():
     return {"hold": "/state/boot/hold", "status": "/state/boot/status.json", "interval": 5,
             "memory": {"need_available_bytes": int(100 * boot.GIB), "unaccounted_limit_bytes": 8 * boot.GIB},

@@ -387,12 +387,18 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     same = deployment.plan_deployment(copy.deepcopy(inputs))
     assert same["cluster"]["changes"] == [] and same["nodes"]["spark1"]["serve"]["change"] == "none"
     inputs["nodes"]["spark1"]["docker_ps"] = [ps(first, "spark1", hash_of="0" * 16)]
-    assert [same["nodes"][n]["writes"]["baseline"] for n in ("spark1", "spark2")] == [None, None]
+    assert [baseline(same["nodes"][n]) for n in ("spark1", "spark2")] == [None, None]
     replaced = deployment.plan_deployment(inputs)
     assert replaced["cluster"]["changes"] == ["spark1: recreate dgx-spark-ray-spark1", "spark2: restart dgx-spark-ray-spark2"]
     assert replaced["nodes"]["spark1"]["serve"]["change"] == "start"
     for name in ("spark1", "spark2"):  # vLLM starts again: each node's memory now is the baseline teardown compares with
-        assert replaced["nodes"][name]["writes"]["baseline"]["path"] == replaced["nodes"][name]["paths"]["baseline_file"]
+        assert baseline(replaced["nodes"][name]) is not None
+
+
+def baseline(node):
+    """The memory baseline a launch writes on the node with its state files, or None."""
+    found = [f for f in node["writes"]["files"] if f["path"] == node["paths"]["baseline_file"]]
+    return found[0] if found else None
 
 
 def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that_left(tmp_path, m25):
@@ -465,25 +471,26 @@ def written(node):
 def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     first = deployment.plan_deployment(spark_inputs(m25, tmp_path / "a"))
     head = first["nodes"]["spark1"]
-    assert [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]] == ["vllm-serve", "ray_non_carry_over_env_vars.json"]
+    assert [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]] == [
+        "vllm-serve", "ray_non_carry_over_env_vars.json", "baseline.json"]
     assert json.loads(head["writes"]["files"][1]["content"]) == first["cluster"]["non_carry_over_env_vars"]
     assert "key_file=/dgx-spark/secrets/vllm_api_key" in head["writes"]["files"][0]["content"]
     # vLLM starts (nothing runs yet): the memory each node has now is its baseline for teardown (fact 3)
-    assert head["writes"]["baseline"]["path"] == head["paths"]["baseline_file"]
-    assert json.loads(head["writes"]["baseline"]["content"])["mem_available_bytes"] == spark_inputs(m25, tmp_path)["nodes"]["spark1"][
+    assert json.loads(baseline(head)["content"])["mem_available_bytes"] == spark_inputs(m25, tmp_path)["nodes"]["spark1"][
         "memory"]["mem_available_bytes"]
     assert head["writes"]["firewall"] == {"files": head["firewall"]["files"], "enable": True}
     inputs = spark_inputs(m25, tmp_path / "b")
     found = written(head)
     inputs["nodes"]["spark1"]["state"] = found
     again = deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]
-    assert again == {"folders": [], "files": [], "baseline": head["writes"]["baseline"],  # vLLM still starts: a new baseline
+    assert again == {"folders": [], "files": [baseline(head)],  # vLLM still starts: a new baseline
                      "firewall": {"files": [], "enable": False}}
     del inputs["nodes"]["spark1"]["state"][head["firewall"]["wants"]]  # the unit was disabled by hand
     assert deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]["firewall"] == {"files": [], "enable": True}
     inputs["nodes"]["spark1"]["state"] = found
     inputs["nodes"]["spark1"]["state"] = dict(found, **{head["paths"]["launcher"]: "0" * 64})
-    assert [f["path"] for f in deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]["files"]] == [head["paths"]["launcher"]]
+    assert [f["path"] for f in deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]["files"]] == [
+        head["paths"]["launcher"], head["paths"]["baseline_file"]]
 
 
 def test_a_kept_container_missing_a_planned_variable_is_recreated_and_named(tmp_path, m25):

@@ -1,0 +1,52 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a node keeps of a verified deployment besides its supervisor (module_utils/plan/records.py says why): the
+verified image under this cluster's kept tag, this cluster's older kept tags let go of, and on the head the record
+itself. The vllm_boot module does it with the supervisor's release, in one call: serve.yml's commit.
+
+Only this cluster's kept tags are touched. An image that still has another tag keeps it, and Docker deletes an image
+only when nothing else names or uses it; a stopped container of someone else's may still use an old image, whose tag
+then stays until a later commit. ``run(argv)`` returns (rc, stdout, stderr)."""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
+
+
+def record_text(record):
+    """The record as the head keeps it (as the controller's report writes it)."""
+    return json.dumps(record, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+def keep(record, image, cluster, run, check=False, record_path=None):
+    """Tag ``image`` as ``record["kept_image"]`` when the node lacks that tag, remove this cluster's kept tags the
+    record no longer lists, and write the record to ``record_path`` (the head) when it differs. Returns (what changed,
+    one line each; an error message or None)."""
+    rc, out, err = run(records.kept_list_argv(cluster))
+    if rc != 0:
+        return [], "cannot list the kept images: %s" % (err or out).strip()
+    tags = out.split()
+    done = []
+    tag = record.get("kept_image")
+    if tag and tag not in tags:
+        done.append("kept %s as %s" % (image, tag))
+        rc, out, err = (0, "", "") if check else run(["docker", "tag", image, tag])
+        if rc != 0:
+            return done, "cannot tag %s as %s: %s" % (image, tag, (err or out).strip())
+    for old in records.kept_to_remove(tags, record, cluster):
+        rc, out, err = (0, "", "") if check else run(["docker", "image", "rm", old])
+        if rc == 0:
+            done.append("let go of " + old)
+        elif "conflict" not in (err + out):
+            return done, "cannot remove %s: %s" % (old, (err or out).strip())
+    text = record_text(record)
+    if record_path and read_text(record_path) != text:
+        done.append("recorded the deployment in " + record_path)
+        if not check:
+            supervisor.write_text(record_path, text, 0o644)
+    return done, None
