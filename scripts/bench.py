@@ -261,8 +261,10 @@ def sim_plan():
 
 NODES = ("sim-head", "sim-worker1")
 # What a run may write on a node: the state folders and the units; what the running processes write meanwhile (their
-# logs, Prometheus's data) is told apart by a window of the same length without a run.
+# logs) is told apart by a window of the same length without a run. Prometheus's database is its own, written on its
+# own schedule (a rule evaluated every minute may fall outside the window): never a run's.
 WATCHED = ("/var/lib/dgx-spark-vllm", "/etc/systemd/system", "/etc/netplan")
+PROMETHEUS_DATA = "/monitoring/data/"
 
 
 def snapshot():
@@ -272,7 +274,8 @@ def snapshot():
     for node in NODES:
         out = subprocess.run(["docker", "exec", node, "find", *WATCHED, "-type", "f", "-printf", "%p %T@ %s\\n"],
                              capture_output=True, text=True, check=False).stdout
-        seen.update({"%s:%s" % (node, l.rsplit(" ", 2)[0]): tuple(l.rsplit(" ", 2)[1:]) for l in out.splitlines() if l})
+        seen.update({"%s:%s" % (node, l.rsplit(" ", 2)[0]): tuple(l.rsplit(" ", 2)[1:]) for l in out.splitlines()
+                     if l and PROMETHEUS_DATA not in l})
         for what, argv in (("containers", ["ps", "-a", "--no-trunc", "--format", "{{.Names}} {{.ID}}"]),
                            ("images", ["images", "--no-trunc", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}"])):
             out = subprocess.run(["docker", "-H", node_socket(node), *argv], capture_output=True, text=True, check=False).stdout

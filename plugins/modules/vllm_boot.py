@@ -24,8 +24,8 @@ description:
     and only those.
   - With O(record), O(state=present) is serve.yml's whole commit on the node in one call
     (module_utils/node/kept_image.py), that is the verified image kept under the record's C(kept_image) tag, this cluster's
-    kept tags the record no longer lists let go of, and on the head (O(record_path)) the record written where it
-    differs.
+    kept tags the record no longer lists let go of, and on the head the record (O(record_path)) and the canary's
+    references (O(references_path)) written where they differ.
   - On a node without systemd (the simulated cluster), the unit's command is started detached instead, and its
     C(multi-user.target.wants) link is what the node's init reads at boot.
 author:
@@ -62,6 +62,14 @@ options:
     type: dict
   record_path:
     description: Where the head keeps the record (C(plan.nodes[<head>].paths.last_known_good_file)); omitted on workers.
+    type: str
+  references:
+    description:
+      - The canary's references as the controller keeps them (C(plan.cluster.reports.canary)), which the supervisor asks
+        after a boot. With O(record) only.
+    type: dict
+  references_path:
+    description: Where the head keeps them (C(plan.nodes[<head>].paths.canary_file)); omitted on workers.
     type: str
   image:
     description: The verified image (C(plan.cluster.image)), with O(record).
@@ -134,6 +142,8 @@ def main():
                            holder=dict(type="str", default="a playbook"),
                            record=dict(type="dict"),
                            record_path=dict(type="str"),
+                           references=dict(type="dict"),
+                           references_path=dict(type="str"),
                            image=dict(type="str"),
                            cluster=dict(type="str")),
         required_by={"record": ("image", "cluster")},
@@ -155,8 +165,9 @@ def main():
         if module._diff:
             result["diff"] = done["diff"]
         if params["record"] and state == "present":
+            head_files = {params[k + "_path"]: params[k] for k in ("record", "references") if params[k + "_path"] and params[k]}
             result["kept"], problem = kept_image.keep(params["record"], params["image"], params["cluster"],
-                                                      lambda argv: run(module, argv), module.check_mode, params["record_path"])
+                                                      lambda argv: run(module, argv), module.check_mode, head_files)
             result["changed"] = result["changed"] or bool(result["kept"])
             if problem:
                 module.fail_json(msg=problem, **result)

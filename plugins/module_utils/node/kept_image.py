@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a node keeps of a verified deployment besides its supervisor (module_utils/plan/records.py says why): the
 verified image under this cluster's kept tag, this cluster's older kept tags let go of, and on the head the record
-itself. The vllm_boot module does it with the supervisor's release, in one call: serve.yml's commit.
+itself and the canary's references as the controller keeps them (module_utils/verify/canary.py: the supervisor asks
+them after a boot). The vllm_boot module does it with the supervisor's release, in one call: serve.yml's commit.
 
 Only this cluster's kept tags are touched. An image that still has another tag keeps it, and Docker deletes an image
 only when nothing else names or uses it; a stopped container of someone else's may still use an old image, whose tag
@@ -18,15 +19,15 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
 
 
-def record_text(record):
-    """The record as the head keeps it (as the controller's report writes it)."""
-    return json.dumps(record, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+def json_text(data):
+    """A JSON file as the head keeps it (as the controller's report writes it)."""
+    return json.dumps(data, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
 
 
-def keep(record, image, cluster, run, check=False, record_path=None):
+def keep(record, image, cluster, run, check=False, head_files=None):
     """Tag ``image`` as ``record["kept_image"]`` when the node lacks that tag, remove this cluster's kept tags the
-    record no longer lists, and write the record to ``record_path`` (the head) when it differs. Returns (what changed,
-    one line each; an error message or None)."""
+    record no longer lists, and write each of ``head_files`` ({path: data}: the head's record and references) where
+    it differs. Returns (what changed, one line each; an error message or None)."""
     rc, out, err = run(records.kept_list_argv(cluster))
     if rc != 0:
         return [], "cannot list the kept images: %s" % (err or out).strip()
@@ -44,9 +45,10 @@ def keep(record, image, cluster, run, check=False, record_path=None):
             done.append("let go of " + old)
         elif "conflict" not in (err + out):
             return done, "cannot remove %s: %s" % (old, (err or out).strip())
-    text = record_text(record)
-    if record_path and read_text(record_path) != text:
-        done.append("recorded the deployment in " + record_path)
-        if not check:
-            supervisor.write_text(record_path, text, 0o644)
+    for path, data in sorted((head_files or {}).items()):
+        text = json_text(data)
+        if read_text(path) != text:
+            done.append("wrote " + path)
+            if not check:
+                supervisor.write_text(path, text, 0o644)
     return done, None

@@ -132,7 +132,9 @@ def node_paths(settings, node, model_id):
         "state_dir": state,
         "models_dir": models,
         "model_dir": model_dir(models, model_id),
-        "folders": [{"path": "%s/%s" % (state, name), "mode": mode} for name, mode in STATE_FOLDERS],
+        # The state folders, and the models folder the containers mount (made before any container starts).
+        "folders": [{"path": "%s/%s" % (state, name), "mode": mode} for name, mode in STATE_FOLDERS]
+        + [{"path": models, "mode": "0755"}],
         "logs_dir": state + "/logs",
         "non_carry_over_file": state + "/config/ray_non_carry_over_env_vars.json",
         "launcher": state + "/bin/vllm-serve",

@@ -1,0 +1,36 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The plan's firewall applied on a node (module_utils/plan/firewall.py says why a firewall and what it holds): its
+ruleset and boot unit written where they differ, the unit enabled at boot (the link ``systemctl enable`` makes), and
+the table loaded when any of it changed. node_teardown takes it back. ``run(argv)`` returns (rc, stdout, stderr)."""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.firewall import NFT
+
+
+def apply(planned, run, check=False):
+    """Apply the node's firewall ``planned`` (the plan's ``nodes.<host>.firewall``). Returns (written paths, whether
+    the boot link was made, whether the table was loaded, an error message or None)."""
+    rules, unit = planned["files"][0], planned["files"][1]
+    stale = [f for f in planned["files"] if read_text(f["path"]) != f["content"]]
+    relink = os.path.realpath(planned["wants"]) != os.path.realpath(unit["path"]) or not os.path.islink(planned["wants"])
+    load = bool(stale) or relink
+    if check or not load:
+        return [f["path"] for f in stale], relink, load, None
+    for entry in stale:
+        supervisor.write_text(entry["path"], entry["content"], int(entry["mode"], 8))
+    if relink:
+        if os.path.lexists(planned["wants"]):
+            os.remove(planned["wants"])
+        os.makedirs(os.path.dirname(planned["wants"]), exist_ok=True)
+        os.symlink(unit["path"], planned["wants"])
+    rc, out, err = run([NFT, "-f", rules["path"]])
+    if rc != 0:
+        return [f["path"] for f in stale], relink, False, "%s -f %s failed: %s" % (NFT, rules["path"], (err or out).strip())
+    return [f["path"] for f in stale], relink, True, None
