@@ -664,7 +664,9 @@ MLP = ("mlp.down_proj.weight", "mlp.up_proj.weight")
 def holds_mlp(path):  # the model may come in several shards; the first MLP weight is in one of them
     with safe_open(path, "pt") as handle:
         return any(k.endswith(MLP) for k in handle.keys())
-shards = sorted({os.path.realpath(p) for p in glob.glob("/models/**/*.safetensors", recursive=True)})
+# Only the served model's own files: other models' (the ring's, the model tests') may sit in the same folder.
+shards = sorted({os.path.realpath(p) for p in glob.glob("/models/huggingface/hub/models--dgx-spark-sim--sim-tiny/**/*.safetensors",
+                                                        recursive=True)})
 if sys.argv[1] == "damage":
     path = [p for p in shards if holds_mlp(p)][0]
     shutil.copy2(path, path + ".orig")
@@ -769,6 +771,7 @@ def test_an_upgrade_that_fails_rolls_back_to_the_last_known_good_and_serves(clie
     --diff shows the change and changes nothing; the real run names the failure, plans the last-known-good deployment
     again by the tag that kept its image, and verifies it (the canary token for token); the run fails, saying both.
     serve.yml afterwards changes nothing."""
+    playbook("serve", log="faults-upgrade-before", check=True)  # its precondition: the inventory's deployment is the last-known-good
     recorded = json.load(open(os.path.join(SIM, ".artifacts", "last-known-good.json"), encoding="utf-8"))
     broken = build_on_head("dgx-spark-sim/runtime:broken", BROKEN)
     try:
