@@ -10,10 +10,10 @@ is already in the file is not written again: a run that changes nothing writes n
 
 from __future__ import annotations
 
-import json
 import os
 
 from ansible.errors import AnsibleActionFail
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import json_text
 from ansible_collections.dgx_spark.vllm.plugins.plugin_utils.controller import ControllerAction
 
 ARGUMENT_SPEC = dict(
@@ -33,7 +33,7 @@ class ActionModule(ControllerAction):
         if self._task.check_mode:
             result["msg"] = "check mode: %s not written" % path
             return result
-        text = json.dumps(args["data"], indent=4, sort_keys=True, default=str) + "\n"
+        text = json_text(args["data"])
         try:
             with open(path, encoding="utf-8") as handle:
                 kept = handle.read()

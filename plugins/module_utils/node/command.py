@@ -6,6 +6,7 @@ string, in the C locale so that parsers see the output they were written against
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -26,6 +27,12 @@ def read_text(path):
             return handle.read()
     except OSError:
         return None
+
+
+def json_text(data):
+    """A JSON file's text as the collection writes it, on a node (the head's record and references) and on the
+    controller (the report action), so that the two copies compare as text."""
+    return json.dumps(data, indent=4, sort_keys=True, default=str) + "\n"
 
 
 def start(argv):

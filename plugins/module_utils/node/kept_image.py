@@ -12,16 +12,9 @@ then stays until a later commit. ``run(argv)`` returns (rc, stdout, stderr)."""
 
 from __future__ import annotations
 
-import json
-
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import json_text, read_text
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
-
-
-def json_text(data):
-    """A JSON file as the head keeps it (as the controller's report writes it)."""
-    return json.dumps(data, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
 
 
 def keep(record, image, cluster, run, check=False, head_files=None):
