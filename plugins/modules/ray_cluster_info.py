@@ -165,7 +165,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.ray_state imp
     validate_address,
 )
 
-POLL_SECONDS = 2
+POLL_SECONDS = 1
 PROBE_SECONDS = 20
 
 

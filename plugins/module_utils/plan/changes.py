@@ -85,6 +85,9 @@ def decide_changes(inputs, nodes, cluster, head):
         if launching and found:
             nodes[name]["writes"]["files"].append({"path": nodes[name]["paths"]["baseline_file"], "mode": "0644",
                                                    "content": json.dumps(found, indent=4, sort_keys=True) + "\n"})
+    for name in order:  # only a container left running keeps the models folder it was started with (the model role)
+        if all(c != "none" for c in nodes[name]["changes"].values()):
+            nodes[name]["stale_models_argv"] = None
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
     cluster["apply_needed"] = (bool(cluster["changes"]) or launching

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
 from ansible.module_utils.urls import open_url
@@ -119,19 +120,37 @@ def check_stream(params, client, result):
     return False
 
 
-def run_smoke(params, client, result):
-    for test in params["smoke_tests"]:
-        started = time.monotonic()
-        entry = {"name": test.get("name"), "kind": test.get("kind")}
-        try:
-            response = json.loads(client.post("/v1/chat/completions", ep.smoke_request(params["model"], test)).read())
-            entry["passed"], entry["detail"] = ep.judge(test, response)
-        except Exception as exc:  # pylint: disable=broad-except
-            entry["passed"], entry["detail"] = False, "request failed: %s" % (getattr(exc, "reason", None) or exc)
-        entry["seconds"] = round(time.monotonic() - started, 3)
+def smoke_one(params, client, test):
+    started = time.monotonic()
+    entry = {"name": test.get("name"), "kind": test.get("kind")}
+    try:
+        response = json.loads(client.post("/v1/chat/completions", ep.smoke_request(params["model"], test)).read())
+        entry["passed"], entry["detail"] = ep.judge(test, response)
+    except Exception as exc:  # pylint: disable=broad-except
+        entry["passed"], entry["detail"] = False, "request failed: %s" % (getattr(exc, "reason", None) or exc)
+    entry["seconds"] = round(time.monotonic() - started, 3)
+    return entry
+
+
+def record_smoke(entries, result):
+    for entry in entries:
         result["smoke"].append(entry)
         if not entry["passed"]:
             result["errors"].append("smoke test '%s' failed: %s" % (entry["name"], entry["detail"]))
+
+
+def stream_and_smoke(params, client, result):
+    """The streamed token and the smoke tests sent together, as users' first requests arrive: a fresh vLLM does its
+    first step's work (the Ray executor's graph) for whichever comes first. Each answer is judged on its own; the
+    smoke tests are reported in their order, and only when the stream gave its token."""
+    tests = params["smoke_tests"]
+    with ThreadPoolExecutor(max_workers=1 + len(tests)) as pool:
+        smoke = [pool.submit(smoke_one, params, client, test) for test in tests]
+        ready = check_stream(params, client, result) if params["stream"] else True
+        entries = [future.result() for future in smoke]
+    if ready:
+        record_smoke(entries, result)
+    return ready
 
 
 def ask_canary(params, client, result):
@@ -187,9 +206,7 @@ def check(params, warn):
     if wait_ready(params, client, result):
         if params["refused_without_key"]:
             refused_without_key(client, result)
-        result["ready"] = check_stream(params, client, result) if params["stream"] else True
-        if result["ready"]:
-            run_smoke(params, client, result)
+        result["ready"] = stream_and_smoke(params, client, result)
         if result["ready"] and params["canary"]:
             ask_canary(params, client, result)
         if result["ready"] and params["metrics_seconds"] > 0:

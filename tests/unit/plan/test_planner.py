@@ -386,11 +386,16 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     inputs["nodes"]["spark2"].update(docker_ps=[ps(first, "spark2")])
     same = deployment.plan_deployment(copy.deepcopy(inputs))
     assert same["cluster"]["changes"] == [] and same["nodes"]["spark1"]["serve"]["change"] == "none"
+    # A container left running keeps the models folder it started with: the model role asks it (the stale check); where
+    # every container starts anew (from scratch, or each recreated or restarted), there is nothing to ask.
+    assert all(same["nodes"][n]["stale_models_argv"] for n in ("spark1", "spark2"))
+    assert [first["nodes"][n]["stale_models_argv"] for n in ("spark1", "spark2")] == [None, None]
     inputs["nodes"]["spark1"]["docker_ps"] = [ps(first, "spark1", hash_of="0" * 16)]
     assert [baseline(same["nodes"][n]) for n in ("spark1", "spark2")] == [None, None]
     replaced = deployment.plan_deployment(inputs)
     assert replaced["cluster"]["changes"] == ["spark1: recreate dgx-spark-ray-spark1", "spark2: restart dgx-spark-ray-spark2"]
     assert replaced["nodes"]["spark1"]["serve"]["change"] == "start"
+    assert [replaced["nodes"][n]["stale_models_argv"] for n in ("spark1", "spark2")] == [None, None]
     for name in ("spark1", "spark2"):  # vLLM starts again: each node's memory now is the baseline teardown compares with
         assert baseline(replaced["nodes"][name]) is not None
 
