@@ -5,8 +5,8 @@ import threading
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import endpoint_check
 
-PARAMS = {"model": "m", "stream": True, "smoke_tests": [{"name": "a chat completion returns text", "kind": "chat"},
-                                                         {"name": "a second one", "kind": "chat"}]}
+SMOKE = [{"name": "a chat completion returns text", "kind": "chat"}, {"name": "a second one", "kind": "chat"}]
+PARAMS = {"model": "m", "stream": True, "smoke_tests": SMOKE}
 STREAM = [b'data: {"choices": [{"delta": {"content": "Hi"}}]}\n', b"data: [DONE]\n"]
 
 
