@@ -95,6 +95,17 @@ def model_revision(inputs):
     return (inputs.get("overrides") or {}).get("model_revision") or inputs["profile"]["model"].get("revision")
 
 
+def planned_flags(inputs, parallel, utilization, max_len):
+    """The values the plan gives the options it sets itself (flags.OWNED), as argv text: what a profile's or
+    vllm_extra_flags' flag of the same name must say, if it says anything. vLLM's defaults where the argv omits one."""
+    model = inputs["profile"]["model"]
+    return {"--host": inputs["endpoint"]["bind"] or "0.0.0.0", "--port": str(inputs["settings"]["port"]), "--model": str(model["id"]),
+            "--served-model-name": model.get("served_name"), "--revision": model_revision(inputs),
+            "--tensor-parallel-size": str(parallel["tensor_parallel_size"]), "--pipeline-parallel-size": str(parallel["pipeline_parallel_size"]),
+            "--data-parallel-size": str(parallel["data_parallel_size"]), "--gpu-memory-utilization": "%g" % utilization,
+            "--max-model-len": str(max_len) if max_len else None, "--distributed-executor-backend": inputs["backend"]}
+
+
 def serve_argv(inputs, parallel, flags, utilization, max_len, rank, head_ip):
     profile = inputs["profile"]
     model = profile["model"]

@@ -36,7 +36,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import ring as
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import (
     STATE_MOUNT, Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import (
-    check_head, check_inventory, check_model, parallel_sizes, ring_plan, utilization)
+    canonical_flags, check_flags, check_head, check_inventory, check_model, parallel_sizes, ring_plan, utilization)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.memory import memory
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canary
 
@@ -115,6 +115,7 @@ def plan_deployment(inputs, stage="full"):
     if gateway.enabled((settings.get("gateway") or {}).get("enabled"), 1):
         findings.error("all", True, "vllm_gateway: true puts the gateway in front of vllm_deployments, and this inventory "
                        "has none; list the one deployment there (docs/multi-model.md), or leave vllm_gateway out")
+    canonical_flags(inputs, findings)
     check_inventory(inputs, findings)
     check_model(inputs, findings)
     inputs["ring"] = ring_plan(inputs, findings)
@@ -149,6 +150,7 @@ def plan_deployment(inputs, stage="full"):
     node_env = environment.node_environment(inputs, findings, use_roce)
     common = environment.common_environment(inputs, result["parallel"], use_roce)
     flags, max_len = commands.serve_flags(inputs, findings, result["parallel"])
+    check_flags(inputs, findings, flags, commands.planned_flags(inputs, result["parallel"], result["gpu_memory_utilization"], max_len))
 
     def argv_of(rank):
         return commands.serve_argv(inputs, result["parallel"], flags, result["gpu_memory_utilization"], max_len, rank,

@@ -11,12 +11,84 @@ profile marks it optional, and refused otherwise, naming it.
 
 from __future__ import annotations
 
+# Options a policy of the plan reads by name (the pinned revision for the model's own code, the parsers' plugins): an
+# abbreviation of one is refused even where the image's option list is not read.
+CHECKED = ("--trust-remote-code", "--reasoning-parser-plugin", "--tool-parser-plugin", "--logits-processors", "--middleware",
+           "--worker-extension-cls", "--reasoning-parser", "--tool-call-parser", "--enable-auto-tool-choice")
+
+
+# Set by the plan itself, each from one setting. Given again as a flag it would come after the plan's in vLLM's argv and
+# win (the parser keeps the last), and the endpoint, the firewall, the memory plan and the checks would describe
+# another server than the one running. Each names where the value is set instead.
+OWNED = {
+    "--host": "vllm_bind_address",
+    "--port": "vllm_port",
+    "--model": "the profile's model.id",
+    "--served-model-name": "the profile's model.served_name",
+    "--revision": "vllm_model_revision (or the profile's model.revision)",
+    "--tensor-parallel-size": "vllm_tensor_parallel_size (or the profile's parallel.tensor)",
+    "--pipeline-parallel-size": "the profile's parallel.pipeline",
+    "--data-parallel-size": "the profile's parallel.data",
+    "--gpu-memory-utilization": "vllm_gpu_memory_utilization (or the profile's vllm.gpu_memory_utilization)",
+    "--max-model-len": "vllm_max_model_len (or the profile's vllm.max_model_len)",
+    "--distributed-executor-backend": "vllm_backend",
+    "--nnodes": "the inventory's nodes",
+    "--node-rank": "the inventory's nodes",
+    "--master-addr": "the head's fabric address",
+    "--master-port": "the plan's master port",
+    "--headless": "the plan (every rank but the first)",
+    # Options read from a file the policy does not read: every value in it would pass every check unseen.
+    "--config": "vllm.flags, one flag each",
+}
+# Of those, the ones never given as a flag: set per rank, or read from a file.
+PER_RANK = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--config")
+
 
 def normalise(flag):
     """'--max_model_len' and '--max-model-len' are the same option to vLLM."""
     if flag.startswith("--"):
         return "--" + flag[2:].replace("_", "-")
     return flag
+
+
+def canonical(flags):
+    """``flags`` as vLLM's parser reads them, before any policy looks at them: each name spelt with dashes
+    (``--trust_remote_code`` is ``--trust-remote-code``) and ``--name=value`` split into the name and its value.
+    Returns (flags, problems): two spellings of one option with different values are a problem (the last would win)."""
+    result, spelt, problems = {}, {}, []
+    for flag, value in (flags or {}).items():
+        name = str(flag)
+        if name.startswith("--") and "=" in name:
+            name, given = name.split("=", 1)
+            value = given if value in (True, None) else value
+        name = normalise(name)
+        if name in result and result[name] != value:
+            problems.append("%s and %s are one option to vLLM (%s) with different values; give it once" % (spelt[name], flag, name))
+        result[name], spelt[name] = value, flag
+    return result, problems
+
+
+def refused(flags, planned=None):
+    """What the plan must refuse in ``flags`` (already canonical). An option the plan sets itself (OWNED), unless it
+    says what the plan says (``planned``: {flag: value as argv text}; a profile may repeat its write-up's
+    ``--pipeline-parallel-size 1``); an option set per rank or read from a file, always. An abbreviation, which vLLM's
+    parser reads as the option it begins (``--trust-remote`` is ``--trust-remote-code``), so a check of the whole name
+    would not see it. Without ``planned`` (before the probes), only what needs no value. [(flag, why)]"""
+    names = set(OWNED) | set(CHECKED)
+    found = []
+    for flag, value in (flags or {}).items():
+        if flag in OWNED:
+            if planned is None and flag not in PER_RANK:
+                continue
+            if flag not in PER_RANK and flag in planned and (str(value) if value is not True else "") == planned[flag]:
+                continue
+            said = (" to %s" % planned[flag] if planned[flag] else "") if planned and planned.get(flag) is not None else ""
+            found.append((flag, "the plan sets %s%s itself; set %s instead" % (flag, said, OWNED[flag])))
+            continue
+        longer = sorted(n for n in names if n.startswith(flag) and len(flag) > 2)
+        if longer and flag.startswith("--") and flag not in names:
+            found.append((flag, "vLLM reads %s as %s (an abbreviation); write the option whole" % (flag, " or ".join(longer))))
+    return found
 
 
 def to_argv(flags):

@@ -9,7 +9,7 @@ import ipaddress
 import posixpath
 import re
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import ring as ring_links
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import flags as flag_utils, ring as ring_links
 
 # A cluster name becomes part of container names, folders and the firewall table's name (docs/security.md).
 CLUSTER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
@@ -80,6 +80,7 @@ def check_inventory(inputs, findings):
             findings.error("all", value, "RAY_ADDRESS=%s is a Ray Client address: vLLM would run as a remote client and silently "
                            "serve on one GPU. The collection runs vllm serve inside the head's container; remove it" % value)
     check_secrets(inputs, findings)
+    check_flags(inputs, findings)
     name = settings["cluster_name"]
     if not CLUSTER_NAME.match(str(name)):
         findings.error("all", name, "vllm_cluster_name %r is not a valid cluster name: it names containers, folders and the firewall "
@@ -94,6 +95,32 @@ def check_inventory(inputs, findings):
             findings.error("all", value, "%s %d is not a TCP port (1-65535)" % (key, value))
     if len(set(ports.values())) < len(ports):
         findings.error("all", ports, "vllm_port, the Ray port and the master port must differ, got %s" % ports)
+
+
+def canonical_flags(inputs, findings):
+    """The profile's flags and vllm_extra_flags spelt as vLLM's parser reads them (flags.canonical), in ``inputs``
+    itself: every check after this one, and the argv, see one spelling."""
+    vllm = inputs["profile"].get("vllm")
+    if isinstance(vllm, dict) and vllm.get("flags"):
+        vllm["flags"], problems = flag_utils.canonical(vllm["flags"])
+        for message in problems:
+            findings.error("all", None, "profile %s: vllm.flags: %s" % (inputs["profile"].get("name"), message))
+    if inputs.get("extra_flags"):
+        inputs["extra_flags"], problems = flag_utils.canonical(inputs["extra_flags"])
+        for message in problems:
+            findings.error("all", None, "vllm_extra_flags: %s" % message)
+
+
+def check_flags(inputs, findings, merged=None, planned=None):
+    """No flag may abbreviate an option, or set what the plan sets (flags.refused): either would pass every check unseen
+    and reach vLLM. Before the probes, each source of flags on its own; with the plan's values (``planned``), the flags
+    the argv carries (``merged``) against them."""
+    sources = ([("vLLM's flags (the profile's vllm.flags and vllm_extra_flags)", merged)] if planned is not None else
+               [("profile %s: vllm.flags" % inputs["profile"].get("name"), (inputs["profile"].get("vllm") or {}).get("flags")),
+                ("vllm_extra_flags", inputs.get("extra_flags"))])
+    for where, given in sources:
+        for flag, why in flag_utils.refused(given or {}, planned):
+            findings.error("all", flag, "%s, %s: %s; nothing was changed" % (where, flag, why))
 
 
 def check_model(inputs, findings):

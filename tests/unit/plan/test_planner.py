@@ -607,3 +607,48 @@ def test_a_host_in_the_cluster_but_in_no_child_group_is_refused(tmp_path, m25):
     assert (found[0]["host"], found[0]["value"]) == ("spark3", "spark3")
     assert "spark3 is in spark_cluster but in neither spark_head nor spark_workers" in found[0]["message"]
     assert found[0]["message"].endswith("put it in spark_workers, or take it out of spark_cluster")
+
+
+@pytest.mark.parametrize("spelling", [{"--trust_remote_code": True}, {"--trust-remote-code=true": True}, {"--TRUST-remote-code": True}])
+def test_every_spelling_of_trust_remote_code_meets_the_pin_check(spelling):
+    """vLLM's parser reads underscores as dashes and --name=value as the name and its value: the pin check sees them too."""
+    plain = profile("sim_tiny")
+    plain["vllm"]["flags"].pop("--trust-remote-code", None)
+    assert inventory_errors(plain)[0] == []
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": plain, "backend": "ray", "settings": {},
+              "extra_flags": spelling, "nodes": {"a": {"fabric_ip": "10.0.0.1"}, "b": {"fabric_ip": "10.0.0.2"}}}
+    errors = deployment.plan_deployment(inputs, stage="inventory")["errors"]
+    if "TRUST" in list(spelling)[0]:  # not an option vLLM knows (its parser is case-sensitive): no code runs
+        assert errors == []
+        return
+    assert len(errors) == 1 and "sets --trust-remote-code, so every node runs" in errors[0]["message"]
+
+
+@pytest.mark.parametrize("given,expected", [
+    ({"--trust-remote": True}, "vLLM reads --trust-remote as --trust-remote-code (an abbreviation); write the option whole"),
+    ({"--reasoning-parser-plug": "/models/p.py"}, "vLLM reads --reasoning-parser-plug as --reasoning-parser-plugin"),
+    ({"--config": "/models/serve.yaml"}, "the plan sets --config itself; set vllm.flags, one flag each instead"),
+    ({"--headless": True}, "the plan sets --headless itself"),
+    ({"--max_num_seqs": 8, "--max-num-seqs": 16}, "--max_num_seqs and --max-num-seqs are one option to vLLM (--max-num-seqs)"),
+])
+def test_abbreviations_per_rank_options_and_two_spellings_are_refused_before_any_probe(given, expected):
+    inputs = {"head_hosts": ["a"], "order": ["a", "b"], "profile": profile("sim_tiny"), "backend": "ray", "settings": {},
+              "extra_flags": given, "nodes": {"a": {"fabric_ip": "10.0.0.1"}, "b": {"fabric_ip": "10.0.0.2"}}}
+    errors = [e["message"] for e in deployment.plan_deployment(inputs, stage="inventory")["errors"]]
+    assert len(errors) == 1 and expected in errors[0] and errors[0].startswith("vllm_extra_flags"), errors
+
+
+@pytest.mark.parametrize("given,expected", [
+    ({"--host": "0.0.0.0"}, "vllm_extra_flags), --host: the plan sets --host to 192.168.1.101 itself; set vllm_bind_address instead"),
+    ({"--tensor_parallel_size": 1}, "--tensor-parallel-size: the plan sets --tensor-parallel-size to 2 itself"),
+    ({"--gpu-memory-utilization=0.95": True}, "the plan sets --gpu-memory-utilization to 0.85 itself; set vllm_gpu_memory_utilization"),
+    ({"--port": 9000}, "the plan sets --port to 8000 itself; set vllm_port instead"),
+])
+def test_an_option_the_plan_sets_is_refused_when_a_flag_says_otherwise(tmp_path, m25, given, expected):
+    """Later in argv, the flag would win in vLLM's parser, and the endpoint, firewall and memory plan would describe
+    another server. Saying what the plan says (a write-up's --pipeline-parallel-size 1) passes."""
+    plan = deployment.plan_deployment(dict(spark_inputs(m25, tmp_path), extra_flags=given))
+    messages = [e["message"] for e in plan["errors"]]
+    assert len(messages) == 1 and expected in messages[0], messages
+    same = deployment.plan_deployment(dict(spark_inputs(m25, tmp_path / "same"), extra_flags={"--tensor-parallel-size": 2, "--port": "8000"}))
+    assert same["ok"], same["errors"]
