@@ -186,24 +186,39 @@ SECRET_HOMES = {"--api-key": "vllm_api_key", "VLLM_API_KEY": "vllm_api_key", "HF
                 "HUGGING_FACE_HUB_TOKEN": "vllm_hf_token"}
 
 
+# A name whose last word is one of these, or that holds one of the pairs anywhere, carries a secret: the common
+# providers' names (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, OPENAI_KEY, ANTHROPIC_API_KEY, GITHUB_TOKEN, DB_PASSWD,
+# GOOGLE_APPLICATION_CREDENTIALS, --hf-token, --api-key). TOKENIZERS_PARALLELISM and --max-num-batched-tokens are not.
+SECRET_LAST_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIALS", "CREDENTIAL", "PAT")
+SECRET_WORDS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "API_KEY", "ACCESS_KEY", "PRIVATE_KEY",
+                "AUTH_TOKEN", "SESSION_TOKEN")
+
+
 def secret_name(name, flag=False):
-    """True when a flag or variable name says it carries a secret: --api-key or *-token/*-secret/*-password flags;
-    variables ending in _TOKEN or holding SECRET, PASSWORD or API_KEY (TOKENIZERS_PARALLELISM is not one)."""
+    """True when a flag or variable name says it carries a secret (SECRET_LAST_WORDS, SECRET_WORDS)."""
     name = str(name).upper()
     if flag:
         name = name.lstrip("-").replace("-", "_")
-    return name.endswith("_TOKEN") or any(word in name for word in ("SECRET", "PASSWORD", "API_KEY"))
+    words = name.split("_")
+    joined = "_" + name + "_"
+    return words[-1] in SECRET_LAST_WORDS or any("_%s_" % word in joined for word in SECRET_WORDS)
 
 
 def check_secrets(inputs, findings):
-    """Refuse secrets in vllm_extra_flags and vllm_extra_env: both reach argv, every container's environment and
-    plan.json. The finding names the flag or variable, never its value, and says where the secret goes instead."""
-    for variable, flag, where in (("extra_flags", True, "on vLLM's command line"), ("extra_env", False, "in every container's environment")):
-        for key in sorted(inputs.get(variable) or {}):
+    """Refuse secrets in vllm_extra_flags and vllm_extra_env, and in the profile's own flags and env: all reach argv,
+    every container's environment and plan.json. The finding names the flag or variable, never its value, and says
+    where the secret goes instead."""
+    profile = inputs.get("profile") or {}
+    sources = (("vllm_extra_flags", inputs.get("extra_flags"), True, "on vLLM's command line"),
+               ("vllm_extra_env", inputs.get("extra_env"), False, "in every container's environment"),
+               ("profile %s: vllm.flags" % profile.get("name"), (profile.get("vllm") or {}).get("flags"), True, "on vLLM's command line"),
+               ("profile %s: env" % profile.get("name"), profile.get("env"), False, "in every container's environment"))
+    for where, given, flag, lands in sources:
+        for key in sorted(given or {}) if isinstance(given, dict) else ():
             if secret_name(key, flag):
-                findings.error("all", key, "vllm_%s carries %s, a secret: it would be %s and in plan.json. Give it with %s instead "
+                findings.error("all", key, "%s carries %s, a secret: it would be %s and in plan.json. Give it with %s instead "
                                "(a credential or Ansible Vault); nothing was changed"
-                               % (variable, key, where, SECRET_HOMES.get(key, "a variable the collection keeps in a 0600 file")))
+                               % (where, key, lands, SECRET_HOMES.get(key, "a variable the collection keeps in a 0600 file")))
 
 
 def ring_plan(inputs, findings):

@@ -66,6 +66,14 @@ def test_utilization_override_and_range():
     ({"extra_env": {"WANDB_API_KEY": "x"}}, "vllm_extra_env carries WANDB_API_KEY, a secret"),
     ({"extra_env": {"DB_PASSWORD": "x"}}, "vllm_extra_env carries DB_PASSWORD, a secret"),
     ({"extra_flags": {"--hf-token": "x"}}, "vllm_extra_flags carries --hf-token, a secret"),
+    ({"extra_env": {"AWS_ACCESS_KEY_ID": "do-not-show"}}, "vllm_extra_env carries AWS_ACCESS_KEY_ID, a secret"),
+    ({"extra_env": {"OPENAI_KEY": "do-not-show"}}, "vllm_extra_env carries OPENAI_KEY, a secret"),
+    ({"extra_env": {"GITHUB_PAT": "do-not-show"}}, "vllm_extra_env carries GITHUB_PAT, a secret"),
+    ({"extra_env": {"GOOGLE_APPLICATION_CREDENTIALS": "do-not-show"}}, "vllm_extra_env carries GOOGLE_APPLICATION_CREDENTIALS"),
+    ({"profile": {"name": "p", "parallel": {"tensor": 2, "nodes": 2}, "env": {"ANTHROPIC_API_KEY": "do-not-show"}}},
+     "profile p: env carries ANTHROPIC_API_KEY, a secret: it would be in every container's environment"),
+    ({"profile": {"name": "p", "parallel": {"tensor": 2, "nodes": 2}, "vllm": {"flags": {"--api-key": "do-not-show"}}}},
+     "profile p: vllm.flags carries --api-key, a secret: it would be on vLLM's command line and in plan.json. Give it with vllm_api_key"),
 ])
 def test_secrets_in_extra_flags_or_env_are_refused_by_name_never_by_value(change, expected):
     found = messages(inputs(**change))
@@ -74,5 +82,6 @@ def test_secrets_in_extra_flags_or_env_are_refused_by_name_never_by_value(change
 
 
 def test_names_that_only_look_like_secrets_pass():
-    assert messages(inputs(extra_env={"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "INFO"},
-                           extra_flags={"--max-num-batched-tokens": 8192})) == []
+    assert messages(inputs(extra_env={"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "INFO", "KEYRING_BACKEND": "none"},
+                           extra_flags={"--max-num-batched-tokens": 8192, "--ssl-keyfile": "/tls/key.pem",
+                                        "--enable-prompt-tokens-details": True})) == []
