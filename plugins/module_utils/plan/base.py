@@ -60,6 +60,7 @@ DEFAULT_SETTINGS = {
     "rsync_port": 8730,
     "image_build": False,               # the image role builds the image on the head (image_build)
     "trust_remote_code_unpinned": False,  # allow --trust-remote-code with a revision that is not a commit (warned)
+    "pipeline_across_nodes": False,     # allow PP > 1 across nodes with Ray, which crashed on the 2nd request (seed 003; warned)
     "firewall": True,                   # Ray's ports answer only the cluster's nodes (module_utils/plan/firewall.py)
     "boot_start": True,                 # each node's supervisor brings the model back after a boot (module_utils/plan/boot.py)
     "images_kept": 2,                   # verified images kept on every node: the serving one and the one before it
@@ -68,7 +69,7 @@ DEFAULT_SETTINGS = {
 }
 INTEGERS = ("port", "ray_port", "master_port", "ray_ports_offset", "gpus_per_node", "rsync_port", "images_kept")
 BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned",
-            "firewall", "boot_start")
+            "pipeline_across_nodes", "firewall", "boot_start")
 # The state folders of a node, under <state_dir>/<cluster>, each with its mode.
 STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("bin", "0755"), ("secrets", "0700"))
 

@@ -167,8 +167,29 @@ def parallel_sizes(inputs, findings):
                        "is for %s node(s): add or remove nodes, or choose another profile"
                        % (tp, pp, dp, tp * pp * dp, nodes, inputs["settings"]["gpus_per_node"], gpus, profile["name"],
                           parallel.get("nodes", "?")))
+    check_pipeline(inputs, findings, pp, nodes)
     return {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "data_parallel_size": dp,
             "expert_parallel": ep, "world_size": tp * pp * dp, "nodes": nodes, "gpus": gpus}
+
+
+# Seed 003 (MiniMax-M2.7 MXFP4 on two Sparks, Ray): "PP=2 + Marlin | 13.5 tok/s (1 req) | Ray channel crash on 2nd".
+PIPELINE_CRASH = ("seed 003 ran PP=2 across two Sparks with Ray and it crashed on the second request (\"Ray channel crash on 2nd\", "
+                  "13.5 tok/s on the first; TP=2 with EP was stable at 16.1-17.5 tok/s)")
+
+
+def check_pipeline(inputs, findings, pp, nodes):
+    """Pipeline parallelism across nodes: refused with Ray, where the write-up's run crashed, unless the inventory
+    accepts it (warned); warned with mp, which no write-up ran."""
+    if pp < 2 or nodes < 2:
+        return
+    name = inputs["profile"].get("name")
+    if inputs.get("backend") != "ray":
+        findings.warn("profile %s: PP=%d across nodes with the mp backend, which no write-up ran; %s" % (name, pp, PIPELINE_CRASH))
+    elif inputs["settings"].get("pipeline_across_nodes"):
+        findings.warn("profile %s: PP=%d across nodes with Ray (vllm_pipeline_across_nodes is set): %s" % (name, pp, PIPELINE_CRASH))
+    else:
+        findings.error("all", pp, "profile %s: PP=%d spans the nodes with Ray: %s. Split the model with TP (and EP for a MoE) across "
+                       "the nodes instead, or set vllm_pipeline_across_nodes: true to try it (warned)" % (name, pp, PIPELINE_CRASH))
 
 
 def utilization(inputs, findings):

@@ -85,3 +85,24 @@ def test_names_that_only_look_like_secrets_pass():
     assert messages(inputs(extra_env={"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "INFO", "KEYRING_BACKEND": "none"},
                            extra_flags={"--max-num-batched-tokens": 8192, "--ssl-keyfile": "/tls/key.pem",
                                         "--enable-prompt-tokens-details": True})) == []
+
+
+def test_pipeline_parallelism_across_nodes_is_refused_with_ray_unless_accepted():
+    """Seed 003: PP=2 across two Sparks with Ray crashed on the second request."""
+    profile = {"name": "p", "parallel": {"tensor": 1, "pipeline": 2, "nodes": 2}}
+
+    def sized(**change):
+        findings = Findings()
+        sizes = inventory.parallel_sizes(inputs(profile=profile, **change), findings)
+        return sizes, [e["message"] for e in findings.errors], findings.warnings
+
+    sizes, errors, warnings = sized()
+    assert sizes["pipeline_parallel_size"] == 2 and len(errors) == 1 and warnings == []
+    assert "PP=2 spans the nodes with Ray" in errors[0] and "Ray channel crash on 2nd" in errors[0]
+    assert "vllm_pipeline_across_nodes: true" in errors[0]
+    for change in ({"settings": normalize_settings({"pipeline_across_nodes": True})}, {"backend": "mp"}):
+        sizes, errors, warnings = sized(**change)
+        assert errors == [] and len(warnings) == 1 and "Ray channel crash on 2nd" in warnings[0]
+    findings = Findings()
+    inventory.parallel_sizes(inputs(), findings)
+    assert findings.errors == [] and findings.warnings == []
