@@ -57,7 +57,7 @@ EXAMPLES = r"""
 - name: Is the model complete on every node?
   dgx_spark.vllm.model_files_info:
     models_dir: /var/lib/dgx-spark-vllm/models
-    model: saricles/MiniMax-M2.7-NVFP4-GB10
+    model: saricles/MiniMax-M2.7-NVFP4-GB10-AC
   register: model_files
 
 - name: Stop when it is not
