@@ -157,7 +157,9 @@ def table(name):
             status = "deviation: %s Restore: `%s`" % (" ".join(deviation["reason"].split()), restore)
         elif status == "same" and not agrees(row, value):
             status = "DIFFERS"
-        cells = (row["kind"], row["name"], _cell(row["value"]), seed["seed"][:3], row["line"], _cell(value), status)
+        said = _cell(row["value"]) if "not_stated" not in row else "(not stated; %s%s)" % (
+            row["not_stated"], "" if row["value"] is None else ": " + _cell(row["value"]))
+        cells = (row["kind"], row["name"], said, seed["seed"][:3], row["line"], _cell(value), status)
         lines.append("| %s `%s` | %s (%s:%d) | %s | %s |" % cells)
     head = plan["nodes"][plan["head"]]
     spec = head["containers"][0]
