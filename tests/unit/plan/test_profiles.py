@@ -91,3 +91,15 @@ def test_restore_variables_land_where_the_preflight_role_puts_them():
     inputs = profiles.apply_variables({"settings": {"a": 1}, "extra_env": {"X": "1"}},
                                       {"vllm_nccl_transport": "socket", "vllm_extra_env": {"Y": None}})
     assert inputs == {"settings": {"a": 1, "nccl_transport": "socket"}, "extra_env": {"X": "1", "Y": None}}
+
+
+@pytest.mark.parametrize("name", ["minimax_m3_nvfp4_tp3", "minimax_m25_nvfp4_ep", "nemotron3_super_nvfp4"])
+def test_profiles_whose_models_have_control_tokens_check_that_none_leak(name):
+    """Seed 000 served M3 "with clean tool-calling and reasoning, no leaked control tokens": the profile checks it on
+    every launch (a wrong parser or chat template leaks them into the content in silence). Where the reasoning parser
+    separates the thinking, the think tags are leaks too."""
+    profile = profiles.load(profiles.find(name, [os.path.join(ROOT, "profiles")]))
+    leaks = [t for t in profile["smoke_tests"] if t["kind"] == "no_control_tokens"]
+    assert len(leaks) == 1 and leaks[0]["tokens"], name
+    if any(t.get("expect") == "separated" for t in profile["smoke_tests"]):
+        assert {"<think>", "</think>"} <= set(leaks[0]["tokens"]), name
