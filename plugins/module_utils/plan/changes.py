@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nodes as nodes_check
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels, nodes as nodes_check
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import LABEL, container_name, digest
 
 
@@ -85,8 +85,11 @@ def decide_changes(inputs, nodes, cluster, head):
         if launching and found:
             nodes[name]["writes"]["files"].append({"path": nodes[name]["paths"]["baseline_file"], "mode": "0644",
                                                    "content": json.dumps(found, indent=4, sort_keys=True) + "\n"})
-    for name in order:  # only a container left running keeps the models folder it was started with (the model role)
-        if all(c != "none" for c in nodes[name]["changes"].values()):
+    for name in order:  # only a running container of ours this run leaves as it is keeps the models folder it started with
+        anew = {spec for spec, change in nodes[name]["changes"].items() if change != "none"}
+        kept = [c for c in probed[name] or [] if c.get("state") == "running" and c.get("name") not in anew
+                and labels.of(c, inputs["settings"]["cluster_name"], name)]
+        if probed[name] is not None and not kept:
             nodes[name]["stale_models_argv"] = None
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.

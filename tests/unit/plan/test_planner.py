@@ -386,10 +386,19 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     inputs["nodes"]["spark2"].update(docker_ps=[ps(first, "spark2")])
     same = deployment.plan_deployment(copy.deepcopy(inputs))
     assert same["cluster"]["changes"] == [] and same["nodes"]["spark1"]["serve"]["change"] == "none"
-    # A container left running keeps the models folder it started with: the model role asks it (the stale check); where
-    # every container starts anew (from scratch, or each recreated or restarted), there is nothing to ask.
+    # A running container of ours left as it is keeps the models folder it started with: the model role asks it (the
+    # stale check). Where the probe listed none (a fresh node), or this run starts every one anew (each recreated or
+    # restarted), there is nothing to ask; a container of ours the plan does not name is asked about too.
     assert all(same["nodes"][n]["stale_models_argv"] for n in ("spark1", "spark2"))
-    assert [first["nodes"][n]["stale_models_argv"] for n in ("spark1", "spark2")] == [None, None]
+    fresh = copy.deepcopy(inputs)
+    fresh["nodes"]["spark1"].update(docker_ps=[], vllm=None)
+    fresh["nodes"]["spark2"].update(docker_ps=[])
+    assert [deployment.plan_deployment(copy.deepcopy(fresh))["nodes"][n]["stale_models_argv"] for n in ("spark1", "spark2")] == [None, None]
+    watcher = json.dumps({"Names": "dgx-spark-model-watcher", "State": "running",
+                          "Labels": "dgx_spark.vllm.cluster=dgx-spark,dgx_spark.vllm.node=spark2,dgx_spark.vllm.managed=true"})
+    fresh["nodes"]["spark2"]["docker_ps"] = [watcher]
+    watched = deployment.plan_deployment(fresh)["nodes"]
+    assert watched["spark1"]["stale_models_argv"] is None and watched["spark2"]["stale_models_argv"]
     inputs["nodes"]["spark1"]["docker_ps"] = [ps(first, "spark1", hash_of="0" * 16)]
     assert [baseline(same["nodes"][n]) for n in ("spark1", "spark2")] == [None, None]
     replaced = deployment.plan_deployment(inputs)
