@@ -89,8 +89,7 @@ def decide_changes(inputs, nodes, cluster, head):
         anew = {spec for spec, change in nodes[name]["changes"].items() if change != "none"}
         kept = [c for c in probed[name] or [] if c.get("state") == "running" and c.get("name") not in anew
                 and labels.of(c, inputs["settings"]["cluster_name"], name)]
-        if probed[name] is not None and not kept:
-            nodes[name]["stale_models_argv"] = None
+        nodes[name]["models_mount_kept"] = probed[name] is None or bool(kept)
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
     cluster["apply_needed"] = (bool(cluster["changes"]) or launching

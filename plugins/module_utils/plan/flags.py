@@ -14,7 +14,9 @@ from __future__ import annotations
 # Options a policy of the plan reads by name (the pinned revision for the model's own code, the parsers' plugins): an
 # abbreviation of one is refused even where the image's option list is not read.
 CHECKED = ("--trust-remote-code", "--reasoning-parser-plugin", "--tool-parser-plugin", "--logits-processors", "--middleware",
-           "--worker-extension-cls", "--reasoning-parser", "--tool-call-parser", "--enable-auto-tool-choice")
+           "--worker-extension-cls", "--reasoning-parser", "--tool-call-parser", "--enable-auto-tool-choice",
+           # the secret-name check reads whole names: an abbreviation of one (--api-k) would carry the secret past it
+           "--api-key", "--hf-token")
 
 
 # Set by the plan itself, each from one setting. Given again as a flag it would come after the plan's in vLLM's argv and
@@ -44,45 +46,90 @@ OWNED = {
 PER_RANK = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--config")
 
 
+# vLLM's short spellings of options the plan sets: the same option to its parser.
+ALIASES = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size"}
+
+
 def normalise(flag):
-    """'--max_model_len' and '--max-model-len' are the same option to vLLM."""
+    """'--max_model_len' and '--max-model-len' are the same option to vLLM; so are '-tp' and '--tensor-parallel-size'."""
     if flag.startswith("--"):
         return "--" + flag[2:].replace("_", "-")
-    return flag
+    return ALIASES.get(flag, flag)
+
+
+def given(value):
+    """Whether a flag's value puts the flag on vLLM's command line (to_argv): anything but None and False."""
+    return value is not None and value is not False
 
 
 def canonical(flags):
     """``flags`` as vLLM's parser reads them, before any policy looks at them: each name spelt with dashes
-    (``--trust_remote_code`` is ``--trust-remote-code``) and ``--name=value`` split into the name and its value.
-    Returns (flags, problems): two spellings of one option with different values are a problem (the last would win)."""
-    result, spelt, problems = {}, {}, []
+    (``--trust_remote_code`` is ``--trust-remote-code``, ``-tp`` is ``--tensor-parallel-size``) and ``--name=value``
+    split into the name and its value. Returns (flags, problems): two spellings of one option with different values
+    are a problem (the last would win); the problem names the option, never a value."""
+    result, problems = {}, []
     for flag, value in (flags or {}).items():
         name = str(flag)
         if name.startswith("--") and "=" in name:
-            name, given = name.split("=", 1)
-            value = given if value in (True, None) else value
+            name, text = name.split("=", 1)
+            value = text if value in (True, None) else value
         name = normalise(name)
         if name in result and result[name] != value:
-            problems.append("%s and %s are one option to vLLM (%s) with different values; give it once" % (spelt[name], flag, name))
-        result[name], spelt[name] = value, flag
+            problems.append("%s is given twice, spelt two ways, with different values; give it once" % name)
+        result[name] = value
     return result, problems
 
 
+def number(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def same_value(value, planned):
+    """A flag's value as the plan's argv text says it (0.90 is 0.9)."""
+    text = "" if value is True else str(value)
+    if text == planned:
+        return True
+    return number(text) is not None and number(text) == number(planned)
+
+
+def bad_values(flag, value):
+    """A value vLLM's parser would not read as this flag's value: one that starts with '-' and is no number (it would be
+    read as another option: ``--enforce-eager: --trust-remote-code``), or an empty list or text (a bare flag)."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if isinstance(value, (list, tuple)) and not value or value == "":
+        return "%s has an empty value, which puts it on the command line bare; give a value or leave it out" % flag
+    dashed = [str(v) for v in values if isinstance(v, str) and v.strip().startswith("-") and number(v) is None]
+    if dashed:
+        return ("%s's value %s starts with '-', so vLLM would read it as another option; options are keys of their own"
+                % (flag, ", ".join(dashed)))
+    return None
+
+
 def refused(flags, planned=None):
-    """What the plan must refuse in ``flags`` (already canonical). An option the plan sets itself (OWNED), unless it
-    says what the plan says (``planned``: {flag: value as argv text}; a profile may repeat its write-up's
-    ``--pipeline-parallel-size 1``); an option set per rank or read from a file, always. An abbreviation, which vLLM's
-    parser reads as the option it begins (``--trust-remote`` is ``--trust-remote-code``), so a check of the whole name
-    would not see it. Without ``planned`` (before the probes), only what needs no value. [(flag, why)]"""
+    """What the plan must refuse in ``flags`` (already canonical). A value that is not a value (bad_values). An option
+    the plan sets itself (OWNED), unless it says what the plan says (``planned``: {flag: value as argv text}; a profile
+    may repeat its write-up's ``--pipeline-parallel-size 1``); an option set per rank or read from a file, always. An
+    abbreviation, which vLLM's parser reads as the option it begins (``--trust-remote`` is ``--trust-remote-code``), so
+    a check of the whole name would not see it. Without ``planned`` (before the probes), only what needs no plan.
+    [(flag, why)]"""
     names = set(OWNED) | set(CHECKED)
     found = []
     for flag, value in (flags or {}).items():
+        if not given(value):
+            continue
+        why = bad_values(flag, value)
+        if why:
+            found.append((flag, why))
+            continue
         if flag in OWNED:
             if planned is None and flag not in PER_RANK:
                 continue
-            if flag not in PER_RANK and flag in planned and (str(value) if value is not True else "") == planned[flag]:
+            if flag not in PER_RANK and planned.get(flag) is not None and same_value(value, planned[flag]):
                 continue
-            said = (" to %s" % planned[flag] if planned[flag] else "") if planned and planned.get(flag) is not None else ""
+            said = " to %s" % planned[flag] if planned and planned.get(flag) else ""
             found.append((flag, "the plan sets %s%s itself; set %s instead" % (flag, said, OWNED[flag])))
             continue
         longer = sorted(n for n in names if n.startswith(flag) and len(flag) > 2)

@@ -135,7 +135,7 @@ def check_model(inputs, findings):
         findings.error("all", model_id, "profile %s: model.id %r is neither a Hugging Face repository (org/name: letters, digits, "
                        "'.', '_', '-', no '..') nor a path under /models; fix the id" % (profile["name"], model_id))
     flags = dict((profile.get("vllm") or {}).get("flags") or {}, **(inputs.get("extra_flags") or {}))
-    if not flags.get("--trust-remote-code") or model_id.startswith("/"):
+    if not flag_utils.given(flags.get("--trust-remote-code")) or model_id.startswith("/"):
         return
     revision = (inputs.get("overrides") or {}).get("model_revision") or profile["model"].get("revision")
     if COMMIT.match(str(revision or "")):
