@@ -15,9 +15,9 @@ description:
   - Readiness as a user sees it, in order, waiting up to O(wait) seconds; the TCP port accepts, C(/health)
     answers 200, C(/v1/models) lists O(model), and a streamed chat completion yields a first token.
   - With the streamed request, at once, the profile's smoke tests (O(smoke_tests)), as users' first requests arrive
-    together (a fresh vLLM does its first step's work for whichever comes first); a chat answer, no control tokens leaked, a tool call parsed
-    into C(tool_calls), reasoning separated from the content (or kept inline in C(<think>) where the parser
-    intends it). A wrong parser fails silently in vLLM; these checks make it fail here.
+    together (a fresh vLLM does its first step's work for whichever comes first); a chat answer, no control tokens
+    leaked, a tool call parsed into C(tool_calls), reasoning separated from the content (or kept inline in
+    C(<think>) where the parser intends it). A wrong parser fails silently in vLLM; these checks make it fail here.
 author:
   - dgx_spark.vllm developers (@dgx-spark)
 extends_documentation_fragment:

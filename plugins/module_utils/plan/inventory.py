@@ -97,18 +97,22 @@ def check_inventory(inputs, findings):
         findings.error("all", ports, "vllm_port, the Ray port and the master port must differ, got %s" % ports)
 
 
+def flag_sources(inputs):
+    """Where vLLM's flags come from, as findings name each: (name, the mapping holding them, its key): the profile's
+    vllm.flags and vllm_extra_flags."""
+    profile = inputs["profile"]
+    vllm = profile.get("vllm") if isinstance(profile.get("vllm"), dict) else {}
+    return (("profile %s: vllm.flags" % profile.get("name"), vllm, "flags"), ("vllm_extra_flags", inputs, "extra_flags"))
+
+
 def canonical_flags(inputs, findings):
     """The profile's flags and vllm_extra_flags spelt as vLLM's parser reads them (flags.canonical), in ``inputs``
     itself: every check after this one, and the argv, see one spelling."""
-    vllm = inputs["profile"].get("vllm")
-    if isinstance(vllm, dict) and vllm.get("flags"):
-        vllm["flags"], problems = flag_utils.canonical(vllm["flags"])
-        for message in problems:
-            findings.error("all", None, "profile %s: vllm.flags: %s" % (inputs["profile"].get("name"), message))
-    if inputs.get("extra_flags"):
-        inputs["extra_flags"], problems = flag_utils.canonical(inputs["extra_flags"])
-        for message in problems:
-            findings.error("all", None, "vllm_extra_flags: %s" % message)
+    for where, holder, key in flag_sources(inputs):
+        if holder.get(key):
+            holder[key], problems = flag_utils.canonical(holder[key])
+            for message in problems:
+                findings.error("all", None, "%s: %s" % (where, message))
 
 
 def check_flags(inputs, findings, merged=None, planned=None):
@@ -116,8 +120,7 @@ def check_flags(inputs, findings, merged=None, planned=None):
     and reach vLLM. Before the probes, each source of flags on its own; with the plan's values (``planned``), the flags
     the argv carries (``merged``) against them."""
     sources = ([("vLLM's flags (the profile's vllm.flags and vllm_extra_flags)", merged)] if planned is not None else
-               [("profile %s: vllm.flags" % inputs["profile"].get("name"), (inputs["profile"].get("vllm") or {}).get("flags")),
-                ("vllm_extra_flags", inputs.get("extra_flags"))])
+               [(where, holder.get(key)) for where, holder, key in flag_sources(inputs)])
     for where, given in sources:
         for flag, why in flag_utils.refused(given or {}, planned):
             findings.error("all", flag, "%s, %s: %s; nothing was changed" % (where, flag, why))
@@ -172,7 +175,7 @@ def parallel_sizes(inputs, findings):
             "expert_parallel": ep, "world_size": tp * pp * dp, "nodes": nodes, "gpus": gpus}
 
 
-# Seed 003 (MiniMax-M2.7 MXFP4 on two Sparks, Ray): "PP=2 + Marlin | 13.5 tok/s (1 req) | Ray channel crash on 2nd".
+# Seed 003 (MiniMax-M2.5 NVFP4 on two Sparks, Ray), line 288: "PP=2 + Marlin | 13.5 tok/s (1 req) | Ray channel crash on 2nd".
 PIPELINE_CRASH = ("seed 003 ran PP=2 across two Sparks with Ray and it crashed on the second request (\"Ray channel crash on 2nd\", "
                   "13.5 tok/s on the first; TP=2 with EP was stable at 16.1-17.5 tok/s)")
 
@@ -229,10 +232,11 @@ def check_secrets(inputs, findings):
     """Refuse secrets in vllm_extra_flags and vllm_extra_env, and in the profile's own flags and env: all reach argv,
     every container's environment and plan.json. The finding names the flag or variable, never its value, and says
     where the secret goes instead."""
-    profile = inputs.get("profile") or {}
-    sources = (("vllm_extra_flags", inputs.get("extra_flags"), True, "on vLLM's command line"),
+    profile = inputs["profile"]
+    profile_flags, extra_flags = ((where, holder.get(key)) for where, holder, key in flag_sources(inputs))
+    sources = (extra_flags + (True, "on vLLM's command line"),
                ("vllm_extra_env", inputs.get("extra_env"), False, "in every container's environment"),
-               ("profile %s: vllm.flags" % profile.get("name"), (profile.get("vllm") or {}).get("flags"), True, "on vLLM's command line"),
+               profile_flags + (True, "on vLLM's command line"),
                ("profile %s: env" % profile.get("name"), profile.get("env"), False, "in every container's environment"))
     for where, given, flag, lands in sources:
         for key in sorted(given or {}) if isinstance(given, dict) else ():
