@@ -62,9 +62,12 @@ options:
   canary:
     description:
       - The correctness canary's settings (the plan's C(cluster.canary.settings)) - C(prompts), C(max_tokens), C(seed).
-      - Each prompt is asked once the endpoint is ready, one at a time, greedy (temperature 0, the seed fixed), its
-        tokens returned as IDs; RV(endpoint.canary) holds the answers. The serve role compares them with the reference
+      - The prompts are asked once the endpoint is ready, greedy (temperature 0, the seed fixed), their tokens
+        returned as IDs; RV(endpoint.canary) holds the answers. The serve role compares them with the reference
         (module_utils/verify/canary.py).
+      - With C(reference) (the model's kept reference, C(answers) of C(prompt) and C(tokens)), all prompts go in one
+        request, and a prompt whose answer is not the reference's token for token is asked again alone (batching can
+        flip a near-tie; the reference was asked alone). Without one, each prompt is asked alone.
     type: dict
   metrics_seconds:
     description:

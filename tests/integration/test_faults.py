@@ -698,10 +698,13 @@ def test_the_canary_keeps_the_answers_and_catches_other_weights(client):
     reference = kept["models"]["dgx-spark-sim/sim-tiny"]
     assert len(reference["answers"]) == 5 and all(len(a["tokens"]) == 16 for a in reference["answers"])
     assert json.loads(node_docker_exec("sim-head", ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/config/canary-reference.json"])) == kept
-    started = time.monotonic()
+    started, since = time.monotonic(), time.time()
     rc, out = playbook("serve", "-e", "vllm_max_model_len=768", log="faults-serve-canary-same", check=True)
     assert "sim-head: start vLLM" in out  # the profile's 1024 changed: vLLM restarts
     assert "canary passed: 5 prompts agree with the reference token for token" in " ".join(out.split())
+    # The release names the vLLM serve.yml verified: the woken supervisor does not ask it the canary again.
+    said = supervisor_did("sim-head", "completion passed", 30, since) or ""
+    assert said.startswith("completion passed: verified by serve.yml") and said.endswith("not asked again"), said
     record("canary", "a launch that changes only --max-model-len", "the canary's 5 greedy answers match the reference "
            "token for token", time.monotonic() - started)
     weights("damage")

@@ -4,7 +4,8 @@
 """What the head's supervisor (module_utils/node/supervisor.py) asks of its own endpoint after a boot before it says
 the node serves: one short completion with the key the launcher reads, then the correctness canary's prompts, one at
 a time, compared with the reference the head keeps (module_utils/verify/canary.py): a boot must not bring back a
-deployment that answers wrong. Runs on the node: stdlib only, through the supervisor's ``ops``.
+deployment that answers wrong. A vLLM the playbook verified before releasing the supervisor is not asked again.
+Runs on the node: stdlib only, through the supervisor's ``ops``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,20 @@ def ask(step, ops):
         return passed, detail
     passed, verdict = ask_canary(step, ops, key)
     return passed, "%s; %s" % (detail, verdict) if verdict else detail
+
+
+def vouched(config, ops, memo):
+    """Why the vLLM the supervisor sees (``memo``: its process group and start time) needs no asking: the playbook that
+    released the supervisor verified that very process (its endpoint check and canary; the ``verified`` file). None:
+    it is asked (a vLLM started after a boot has another start time, whatever its process group's number)."""
+    try:
+        verified = json.loads(ops.read(config["verified"]))
+    except (KeyError, OSError, ValueError):
+        return None
+    if not isinstance(verified, dict) or memo.get("pgid") is None or \
+            (verified.get("pgid"), verified.get("started_at")) != (memo.get("pgid"), memo.get("started_at")):
+        return None
+    return "verified by %s, not asked again" % verified.get("by")
 
 
 def in_flight(step, ops):

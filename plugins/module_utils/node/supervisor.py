@@ -216,6 +216,7 @@ def look(config, ops, memo):
         if step["kind"] == "driver":
             state = driver_state(ops, step)
             memo["pgid"], memo["driver_alive"] = (state or {}).get("pgid"), state is not None
+            memo["started_at"] = (state or {}).get("started_at")
     for step in config["steps"]:
         done, missing = check(step, ops, memo)
         if done:
@@ -223,7 +224,8 @@ def look(config, ops, memo):
         if step["kind"] == "completion":
             if done is None:
                 memo["asked_for"] = memo.get("pgid")
-                memo["completion_ok"], memo["completion_detail"] = completion.ask(step, ops)
+                vouched = completion.vouched(config, ops, memo)
+                memo["completion_ok"], memo["completion_detail"] = (True, vouched) if vouched else completion.ask(step, ops)
                 what = "completion %s: %s" % ("passed" if memo["completion_ok"] else "FAILED", memo["completion_detail"])
                 if memo["completion_ok"]:
                     memo["starts"] = {}

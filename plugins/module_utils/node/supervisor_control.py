@@ -10,15 +10,18 @@ the module.
 A playbook that changes the cluster installs the plan's supervisor held before it changes anything: the hold is
 written first, so that a supervisor already running never acts on a plan not verified yet, and the held supervisor
 serves the node's figures from then on. Once the deployment is verified, the release removes the hold and wakes it
-(SIGHUP: it looks at once); it is not restarted, so its figures never stop answering."""
+(SIGHUP: it looks at once); it is not restarted, so its figures never stop answering. The release also names the vLLM
+the playbook verified (its process group, in the ``verified`` file): the supervisor does not ask that one its
+completion and canary again (module_utils/node/completion.py); a vLLM it starts itself after a boot, it asks."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor, supervisor_state
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group, supervisor, supervisor_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.netplan_try import detached
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
@@ -106,6 +109,7 @@ class Supervisor:
         elif relink:
             os.remove(where["wants"])
         if held and not hold:
+            self.vouch(read_text(where["hold"]))
             os.remove(where["hold"])
         if stop:
             self.stop()
@@ -118,13 +122,24 @@ class Supervisor:
             self.wake()
         return result
 
+    def vouch(self, hold):
+        """At a release: the vLLM that runs now is the one the holder (``hold``: the hold file's text) verified."""
+        for step in self.plan["config"]["steps"]:
+            if step["kind"] == "driver" and self.where.get("verified"):
+                state = process_group.parse_state(read_text(step["state_file_host"]))
+                if state:
+                    supervisor.write_text(self.where["verified"], json.dumps(
+                        {"pgid": state["pgid"], "started_at": state.get("started_at"),
+                         "by": (hold or "").split(" since ")[0].strip() or "a playbook"}) + "\n")
+
     def running(self):
         return supervisor_state.supervisor_running(self.where, self.plan["unit_name"], self.run)
 
     def installed(self):
         """The supervisor's files on the node, and whether its code folder is there."""
         where = self.where
-        present = [p for p in (where["wants"], where["unit"], where["config"], where["status"], where["hold"]) if os.path.lexists(p)]
+        present = [p for p in (where["wants"], where["unit"], where["config"], where["status"], where["hold"], where.get("verified"))
+                   if p and os.path.lexists(p)]
         return present, os.path.isdir(where["lib"])
 
     def remove(self):

@@ -47,11 +47,13 @@ def unit_name(cluster):
 
 
 def paths(state_dir, cluster):
-    """Where the supervisor's files are on a node: its unit, its copy of the code, its plan, its status, the hold."""
+    """Where the supervisor's files are on a node: its unit, its copy of the code, its plan, its status, the hold, and
+    the vLLM its release found verified (the playbook's endpoint check and canary asked it: not asked again)."""
     name = unit_name(cluster)
     return {"unit": "%s/%s" % (UNIT_DIR, name), "wants": "%s/multi-user.target.wants/%s" % (UNIT_DIR, name),
             "lib": state_dir + "/boot/lib", "config": state_dir + "/boot/plan.json",
-            "status": state_dir + "/boot/status.json", "hold": state_dir + "/boot/hold"}
+            "status": state_dir + "/boot/status.json", "hold": state_dir + "/boot/hold",
+            "verified": state_dir + "/boot/verified.json"}
 
 
 def lib_paths(where):
@@ -175,7 +177,7 @@ def plan(settings, backend, node, entry, cluster, firewall_unit=None):
     where = paths(entry["paths"]["state_dir"], settings["cluster_name"])
     config = {"cluster": settings["cluster_name"], "node": node, "is_head": entry["is_head"], "backend": backend,
               "config_hash": (entry.get("serve") or {}).get("config_hash") or entry["config_hash"], "interval": INTERVAL,
-              "status": where["status"], "hold": where["hold"],
+              "status": where["status"], "hold": where["hold"], "verified": where["verified"],
               "memory": memory_need(cluster.get("memory"), node, settings),
               "metrics": metrics_config(settings, node, entry["fabric_ip"]),
               "steps": steps(backend, entry["is_head"], cluster, entry["containers"], entry.get("serve"), entry["paths"])}

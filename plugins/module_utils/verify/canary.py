@@ -8,7 +8,8 @@ image, a weight file damaged on one node (the model check compares sizes unless 
 answer; only a comparison sees a wrong one. So the first verified serve of a cluster stores the answers to a fixed set
 of prompts (temperature 0, a fixed seed, one prompt at a time with nothing else in flight: batching can flip a
 near-tie between two logits), as token IDs (``return_tokens_as_token_ids``: no detokenizer between us and the model).
-Every later launch asks them again:
+Every later launch asks them again, all in one request first (one step's work instead of one per prompt); a prompt
+whose answer so asked is not the reference's token for token is asked again alone, and that answer is the one judged:
 
 - the image ID, the model's revision and every numerics-relevant flag unchanged: the tokens must be equal, exactly;
 - any of those changed (an upgrade, another quantization, another TP): the answers must agree within the profile's
@@ -94,14 +95,15 @@ def differences(before, after):
 
 
 def request(model, prompt, config):
-    """One greedy completion, its tokens returned as IDs."""
+    """One greedy completion, its tokens returned as IDs (``prompt`` a list: one answer per prompt, see answers_of)."""
     return {"model": model, "prompt": prompt, "max_tokens": int(config["max_tokens"]), "temperature": 0, "seed": int(config["seed"]),
             "logprobs": 0, "return_tokens_as_token_ids": True}
 
 
-def tokens_of(response):
-    """The token IDs of a completion asked with ``request`` (its logprobs' tokens read ``token_id:N``)."""
-    choice = ((response or {}).get("choices") or [{}])[0]
+def tokens_of(response, choice=None):
+    """The token IDs of a completion asked with ``request`` (its logprobs' tokens read ``token_id:N``); ``choice``:
+    one of the answer's choices (a request of several prompts), else its first."""
+    choice = choice if choice is not None else ((response or {}).get("choices") or [{}])[0]
     tokens = ((choice.get("logprobs") or {}).get("tokens")) or []
     ids = []
     for token in tokens:
@@ -110,6 +112,23 @@ def tokens_of(response):
             raise ValueError("the endpoint did not return token IDs (got %r); its vLLM needs return_tokens_as_token_ids" % text[:40])
         ids.append(int(text[len("token_id:"):]))
     return ids
+
+
+def answers_of(response, prompts):
+    """The answers to a request of several prompts (``request`` with the list), in the prompts' order."""
+    choices = sorted((response or {}).get("choices") or [], key=lambda c: c.get("index", 0))
+    if len(choices) != len(prompts):
+        raise ValueError("%d prompts asked together, %d answers" % (len(prompts), len(choices)))
+    return [{"prompt": prompt, "tokens": tokens_of(response, choice), "text": choice.get("text") or ""}
+            for prompt, choice in zip(prompts, choices)]
+
+
+def ask_alone(reference, answers):
+    """The prompts to ask again one at a time: those whose answer, asked together, is not the reference's token for
+    token (batching may have flipped a near-tie; the answer asked alone, as the reference was, is the one judged), and
+    those without a reference (their answer may be kept as one)."""
+    stored = {a["prompt"]: a["tokens"] for a in (reference or {}).get("answers") or []}
+    return [a["prompt"] for a in answers if stored.get(a["prompt"]) != a["tokens"]]
 
 
 def agreement(reference, answer):

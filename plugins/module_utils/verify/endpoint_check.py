@@ -154,17 +154,28 @@ def stream_and_smoke(params, client, result):
 
 
 def ask_canary(params, client, result):
-    """The canary's prompts, one at a time (batching can flip near-tie logits), their tokens as IDs."""
+    """The canary's answers, their tokens as IDs. With a reference: all prompts in one request, then one at a time
+    those whose answer is not the reference's (batching can flip near-tie logits; the reference was asked alone).
+    Without one, each prompt alone: these answers may become the reference."""
     config = params["canary"]
-    result["canary"] = []
-    for prompt in config["prompts"]:
-        try:
+    prompts = list(config["prompts"])
+    answers = {}
+    try:
+        if config.get("reference"):
+            together = canary_prompts.answers_of(json.loads(client.post(
+                "/v1/completions", canary_prompts.request(params["model"], prompts, config)).read()), prompts)
+            answers = {a["prompt"]: a for a in together}
+            prompts = canary_prompts.ask_alone(config["reference"], together)
+        for prompt in prompts:
             response = json.loads(client.post("/v1/completions", canary_prompts.request(params["model"], prompt, config)).read())
-            tokens = canary_prompts.tokens_of(response)
-        except Exception as exc:  # pylint: disable=broad-except
-            result["errors"].append("canary prompt %r failed: %s" % (prompt, getattr(exc, "reason", None) or exc))
-            return
-        result["canary"].append({"prompt": prompt, "tokens": tokens, "text": response["choices"][0].get("text") or ""})
+            answers[prompt] = {"prompt": prompt, "tokens": canary_prompts.tokens_of(response),
+                               "text": response["choices"][0].get("text") or ""}
+    except Exception as exc:  # pylint: disable=broad-except
+        result["errors"].append("canary prompts failed: %s" % (getattr(exc, "reason", None) or exc))
+        result["canary"] = []
+        return
+    result["canary"] = [answers[prompt] for prompt in config["prompts"]]
+    result["canary_asked_alone"] = len(prompts)
 
 
 def read_live(params, client, result, warn):

@@ -93,7 +93,7 @@ class FakeNode(supervisor.Ops):
 
     def read(self, path):
         if path == "/state/run/vllm.json" and self.pgid:
-            return json.dumps({"pgid": self.pgid, "config_hash": "h"})
+            return json.dumps({"pgid": self.pgid, "config_hash": "h", "started_at": 1000.0 + self.pgid})
         if path not in self.files:
             raise OSError("no %s" % path)
         return self.files[path]
@@ -397,3 +397,19 @@ def test_after_a_boot_the_canary_is_asked_and_a_wrong_answer_fails_by_name():
     del node.files["/state/config/canary-reference.json"]  # no reference kept yet: the completion alone decides
     node.pgid = 9
     assert supervisor.look(config, node, {})[0] == "serving"
+
+
+def test_the_vllm_the_playbook_verified_is_not_asked_again_after_the_release_and_one_started_later_is():
+    """serve.yml's release names the process it verified (the verified file): the woken supervisor does not send it
+    the completion and the canary again; a vLLM started after a boot (another start time, even under the same process
+    group number) is asked."""
+    files = {"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt"), "/state/secrets/key": "sk-test",
+             "/state/boot/verified.json": json.dumps({"pgid": 7, "started_at": 1007.0, "by": "serve.yml"})}
+    config = dict(head_config(), verified="/state/boot/verified.json")
+    node = FakeNode(files=files, running={"head", "ray"}, ray=read_fixture("ray", "sim-two-nodes.json"), healthy=True)
+    node.pgid = 7
+    state, detail, did = supervisor.look(config, node, {})
+    assert state == "serving" and did == "completion passed: verified by serve.yml, not asked again" and node.asked == 0
+    node.files["/state/boot/verified.json"] = json.dumps({"pgid": 7, "started_at": 900.0, "by": "serve.yml"})
+    state, detail, did = supervisor.look(config, node, {})
+    assert state == "serving" and node.asked == 1
