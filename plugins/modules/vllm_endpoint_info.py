@@ -66,8 +66,9 @@ options:
         returned as IDs; RV(endpoint.canary) holds the answers. The serve role compares them with the reference
         (module_utils/verify/canary.py).
       - With C(reference) (the model's kept reference, C(answers) of C(prompt) and C(tokens)), all prompts go in one
-        request, and a prompt whose answer is not the reference's token for token is asked again alone (batching can
-        flip a near-tie; the reference was asked alone). Without one, each prompt is asked alone.
+        request, sent with the streamed request and the smoke tests; a prompt whose answer is not the reference's
+        token for token is then asked again alone (batching can flip a near-tie; the reference was asked alone).
+        Without one, each prompt is asked alone.
     type: dict
   metrics_seconds:
     description:

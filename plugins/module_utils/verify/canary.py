@@ -8,8 +8,9 @@ image, a weight file damaged on one node (the model check compares sizes unless 
 answer; only a comparison sees a wrong one. So the first verified serve of a cluster stores the answers to a fixed set
 of prompts (temperature 0, a fixed seed, one prompt at a time with nothing else in flight: batching can flip a
 near-tie between two logits), as token IDs (``return_tokens_as_token_ids``: no detokenizer between us and the model).
-Every later launch asks them again, all in one request first (one step's work instead of one per prompt); a prompt
-whose answer so asked is not the reference's token for token is asked again alone, and that answer is the one judged:
+Every later launch asks them again, all in one request sent with the launch's first requests (the stream and the smoke
+tests: no step of their own); a prompt whose answer so asked is not the reference's token for token is asked again
+alone, with nothing else in flight, and that answer is the one judged:
 
 - the image ID, the model's revision and every numerics-relevant flag unchanged: the tokens must be equal, exactly;
 - any of those changed (an upgrade, another quantization, another TP): the answers must agree within the profile's

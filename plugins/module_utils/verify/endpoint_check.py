@@ -139,39 +139,51 @@ def record_smoke(entries, result):
             result["errors"].append("smoke test '%s' failed: %s" % (entry["name"], entry["detail"]))
 
 
-def stream_and_smoke(params, client, result):
-    """The streamed token and the smoke tests sent together, as users' first requests arrive: a fresh vLLM does its
-    first step's work (the Ray executor's graph) for whichever comes first. Each answer is judged on its own; the
-    smoke tests are reported in their order, and only when the stream gave its token."""
+def first_requests(params, client, result):
+    """The streamed token, the smoke tests and, when the model has a reference, the canary's prompts in one request,
+    all sent together as users' first requests arrive: a fresh vLLM does its first step's work (the Ray executor's
+    graph) for whichever comes first. Each answer is judged on its own; the smoke tests are reported in their order,
+    and only when the stream gave its token. Returns (ready, the canary's answers asked together or None)."""
     tests = params["smoke_tests"]
-    with ThreadPoolExecutor(max_workers=1 + len(tests)) as pool:
+    asks_together = bool((params.get("canary") or {}).get("reference"))
+    with ThreadPoolExecutor(max_workers=2 + len(tests)) as pool:
+        together = pool.submit(ask_together, params, client) if asks_together else None
         smoke = [pool.submit(smoke_one, params, client, test) for test in tests]
         ready = check_stream(params, client, result) if params["stream"] else True
         entries = [future.result() for future in smoke]
+        answers = together.result() if together else None
     if ready:
         record_smoke(entries, result)
-    return ready
+    return ready, answers
 
 
-def ask_canary(params, client, result):
-    """The canary's answers, their tokens as IDs. With a reference: all prompts in one request, then one at a time
-    those whose answer is not the reference's (batching can flip near-tie logits; the reference was asked alone).
-    Without one, each prompt alone: these answers may become the reference."""
-    config = params["canary"]
-    prompts = list(config["prompts"])
-    answers = {}
+def ask_together(params, client):
+    """The canary's prompts in one request (answers_of), or None when that request fails: each is then asked alone."""
+    config, prompts = params["canary"], list(params["canary"]["prompts"])
     try:
-        if config.get("reference"):
-            together = canary_prompts.answers_of(json.loads(client.post(
-                "/v1/completions", canary_prompts.request(params["model"], prompts, config)).read()), prompts)
-            answers = {a["prompt"]: a for a in together}
-            prompts = canary_prompts.ask_alone(config["reference"], together)
+        return canary_prompts.answers_of(json.loads(client.post(
+            "/v1/completions", canary_prompts.request(params["model"], prompts, config)).read()), prompts)
+    except Exception:  # pylint: disable=broad-except
+        return None
+
+
+def ask_canary(params, client, result, together=None):
+    """The canary's answers, their tokens as IDs. ``together``: the answers asked in one request (first_requests,
+    with the model's reference); a prompt whose answer there is not the reference's token for token is asked again
+    alone, with nothing else in flight (batching can flip a near-tie; the reference was asked alone), and that answer
+    is the one judged. Without a reference each prompt is asked alone: these answers may become the reference."""
+    config = params["canary"]
+    prompts, answers = list(config["prompts"]), {}
+    if together is not None:
+        answers = {a["prompt"]: a for a in together}
+        prompts = canary_prompts.ask_alone(config.get("reference"), together)
+    try:
         for prompt in prompts:
             response = json.loads(client.post("/v1/completions", canary_prompts.request(params["model"], prompt, config)).read())
             answers[prompt] = {"prompt": prompt, "tokens": canary_prompts.tokens_of(response),
                                "text": response["choices"][0].get("text") or ""}
     except Exception as exc:  # pylint: disable=broad-except
-        result["errors"].append("canary prompts failed: %s" % (getattr(exc, "reason", None) or exc))
+        result["errors"].append("canary prompt %r failed: %s" % (prompt, getattr(exc, "reason", None) or exc))
         result["canary"] = []
         return
     result["canary"] = [answers[prompt] for prompt in config["prompts"]]
@@ -217,9 +229,9 @@ def check(params, warn):
     if wait_ready(params, client, result):
         if params["refused_without_key"]:
             refused_without_key(client, result)
-        result["ready"] = stream_and_smoke(params, client, result)
+        result["ready"], together = first_requests(params, client, result)
         if result["ready"] and params["canary"]:
-            ask_canary(params, client, result)
+            ask_canary(params, client, result, together)
         if result["ready"] and params["metrics_seconds"] > 0:
             read_live(params, client, result, warn)
     result["model"] = params["model"]

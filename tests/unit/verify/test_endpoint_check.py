@@ -38,14 +38,14 @@ def result():
 
 def test_smoke_tests_go_out_with_the_streamed_request_and_are_reported_in_order():
     found = result()
-    assert endpoint_check.stream_and_smoke(PARAMS, FirstStep(3), found) is True
+    assert endpoint_check.first_requests(PARAMS, FirstStep(3), found) == (True, None)
     assert found["first_token"] == "Hi" and found["errors"] == []
     assert [(t["name"], t["passed"]) for t in found["smoke"]] == [(t["name"], True) for t in PARAMS["smoke_tests"]]
 
 
 def test_no_smoke_results_when_the_stream_gave_no_token():
     found = result()
-    assert endpoint_check.stream_and_smoke(PARAMS, FirstStep(3, stream_ok=False), found) is False
+    assert endpoint_check.first_requests(PARAMS, FirstStep(3, stream_ok=False), found) == (False, None)
     assert found["smoke"] == [] and "without a token" in found["errors"][0]
 
 
@@ -75,23 +75,47 @@ def reference_of(prompts):
     return {"answers": [{"prompt": p, "tokens": [int(t.split(":")[1]) for t in Greedy.tokens(p, False)]} for p in prompts]}
 
 
+def ask(vllm, reference):
+    """The canary as check() asks it: together with the first requests when there is a reference, then alone."""
+    params, found = {"model": "m", "stream": False, "smoke_tests": [], "canary": dict(CANARY, reference=reference)}, result()
+    ready, together = endpoint_check.first_requests(params, vllm, found)
+    endpoint_check.ask_canary(params, vllm, found, together)
+    return found
+
+
 def test_with_a_reference_the_canary_asks_every_prompt_in_one_request():
-    vllm, found = Greedy(), result()
-    endpoint_check.ask_canary({"model": "m", "canary": dict(CANARY, reference=reference_of(CANARY["prompts"]))}, vllm, found)
+    vllm = Greedy()
+    found = ask(vllm, reference_of(CANARY["prompts"]))
     assert [b["prompt"] for b in vllm.bodies] == [CANARY["prompts"]]
     assert found["canary"] == [{"prompt": p, "tokens": reference_of([p])["answers"][0]["tokens"], "text": p} for p in CANARY["prompts"]]
     assert found["canary_asked_alone"] == 0 and found["errors"] == []
 
 
 def test_a_prompt_whose_batched_answer_differs_is_asked_again_alone_and_that_answer_is_judged():
-    vllm, found = Greedy(flips=["three"]), result()
-    endpoint_check.ask_canary({"model": "m", "canary": dict(CANARY, reference=reference_of(CANARY["prompts"]))}, vllm, found)
+    vllm = Greedy(flips=["three"])
+    found = ask(vllm, reference_of(CANARY["prompts"]))
     assert [b["prompt"] for b in vllm.bodies] == [CANARY["prompts"], "three"]
     assert [a["tokens"] for a in found["canary"]] == [a["tokens"] for a in reference_of(CANARY["prompts"])["answers"]]
 
 
 def test_without_a_reference_each_prompt_is_asked_alone_as_a_reference_must_be():
-    vllm, found = Greedy(flips=["three"]), result()
-    endpoint_check.ask_canary({"model": "m", "canary": dict(CANARY, reference={})}, vllm, found)
+    vllm = Greedy(flips=["three"])
+    found = ask(vllm, {})
     assert [b["prompt"] for b in vllm.bodies] == CANARY["prompts"]
     assert found["canary_asked_alone"] == 3
+
+
+def test_the_canary_goes_out_with_the_first_requests_when_the_model_has_a_reference():
+    """A fresh vLLM answers nothing until the stream, the smoke tests and the canary's one request have all arrived."""
+    found = result()
+    params = dict(PARAMS, canary=dict(CANARY, reference=reference_of(CANARY["prompts"])))
+
+    class Both(FirstStep):
+        def post(self, path, body):
+            if "prompt" not in body:
+                return FirstStep.post(self, path, body)
+            self.arrived.wait()
+            return Greedy().post(path, body)
+
+    ready, together = endpoint_check.first_requests(params, Both(4), found)
+    assert ready and [a["prompt"] for a in together] == CANARY["prompts"]
