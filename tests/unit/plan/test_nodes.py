@@ -54,6 +54,19 @@ def test_ports_held_when_none_of_ours_runs_are_refused_with_the_port():
                                   "run again"]
 
 
+def test_ports_held_while_another_cluster_of_ours_runs_are_refused_naming_it():
+    """Another inventory's cluster on the same nodes (the sim-models inventory's chat deployment on the sim inventory's
+    Ray port): its containers are ours, but not this cluster's; the launch would fail half-way (Ray's head exits)."""
+    findings = Findings()
+    theirs = [line.replace("dgx_spark.vllm.cluster=dgx-spark,", "dgx_spark.vllm.cluster=dgx-spark-chat,") for line in PS]
+    plan_nodes.check_node("sim-head", probed(docker_ps=theirs), normalize_settings({"simulated": True}), [HEAD_RAY], [6379, 8000],
+                          findings)
+    assert messages(findings) == ["sim-head: port(s) 6379, 8000 are taken while another cluster of this collection runs here "
+                                  "(dgx-spark-chat). Tear it down with its own inventory (playbooks/teardown.yml -i <that "
+                                  "inventory>), then run again; to serve both on these nodes, list them in one inventory's "
+                                  "vllm_deployments, which gives each its own ports"]
+
+
 def test_a_container_with_our_name_without_our_label_is_refused():
     findings = Findings()
     impostor = PS[0].replace("dgx_spark.vllm.managed=true", "made.by=hand")
