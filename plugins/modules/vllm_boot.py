@@ -54,6 +54,15 @@ options:
     description: Who holds the supervisor (shown by status.yml), with O(state=held).
     type: str
     default: a playbook
+  verified:
+    description:
+      - With O(state=present), this run launched or asked the vLLM that runs now, and its smoke tests and canary
+        passed. The release names that process (its process group and start time) in the supervisor's
+        C(verified.json), and the woken supervisor does not ask it its completion and canary again. Without it, the
+        supervisor asks.
+      - O(state=held) removes that file.
+    type: bool
+    default: false
   record:
     description:
       - The verified deployment's last-known-good record (the filter P(dgx_spark.vllm.last_known_good_record#filter)).
@@ -140,6 +149,7 @@ def main():
         argument_spec=dict(boot=dict(type="dict", required=True),
                            state=dict(type="str", default="present", choices=["present", "held", "absent", "probed"]),
                            holder=dict(type="str", default="a playbook"),
+                           verified=dict(type="bool", default=False),
                            record=dict(type="dict"),
                            record_path=dict(type="str"),
                            references=dict(type="dict"),
@@ -160,7 +170,8 @@ def main():
             sup.remove()
         result["running"] = False if not module.check_mode else result["running"]
     elif state in ("present", "held"):
-        done = sup.install(params["holder"] if state == "held" else None, module.check_mode)
+        done = sup.install(params["holder"] if state == "held" else None, module.check_mode,
+                           verified=params["verified"] and state == "present")
         result.update(changed=done["changed"], written=done["written"])
         if module._diff:
             result["diff"] = done["diff"]

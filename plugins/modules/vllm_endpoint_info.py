@@ -65,10 +65,11 @@ options:
       - The prompts are asked once the endpoint is ready, greedy (temperature 0, the seed fixed), their tokens
         returned as IDs; RV(endpoint.canary) holds the answers. The serve role compares them with the reference
         (module_utils/verify/canary.py).
-      - With C(reference) (the model's kept reference, C(answers) of C(prompt) and C(tokens)), all prompts go in one
-        request, sent with the streamed request and the smoke tests; a prompt whose answer is not the reference's
-        token for token is then asked again alone (batching can flip a near-tie; the reference was asked alone).
-        Without one, each prompt is asked alone.
+      - With C(reference) (the model's kept reference, C(basis) and C(answers) of C(prompt) and C(tokens)) asked on
+        C(basis) (the basis now, the plan's C(cluster.canary.basis)), all prompts go in one request, sent with the
+        streamed request and the smoke tests; a prompt whose answer is not the reference's token for token is then
+        asked again alone (batching can flip a near-tie; the reference was asked alone). Otherwise each prompt is
+        asked alone.
     type: dict
   metrics_seconds:
     description:
@@ -149,6 +150,12 @@ endpoint:
       description: With O(canary), one entry per prompt with C(prompt), C(tokens) (IDs) and C(text).
       type: list
       elements: dict
+    canary_asked_alone:
+      description: With O(canary), how many prompts were asked alone (every one without a reference on this basis).
+      type: int
+    canary_together_error:
+      description: Why the canary's one request failed, when it did (its prompts were then asked alone).
+      type: str
     live:
       description:
         - With O(metrics_seconds), what the endpoint does now, None where vLLM lacks the metric; None when not read.

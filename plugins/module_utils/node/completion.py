@@ -40,7 +40,7 @@ def vouched(config, ops, memo):
         verified = json.loads(ops.read(config["verified"]))
     except (KeyError, OSError, ValueError):
         return None
-    if not isinstance(verified, dict) or memo.get("pgid") is None or \
+    if not isinstance(verified, dict) or memo.get("pgid") is None or memo.get("started_at") is None or \
             (verified.get("pgid"), verified.get("started_at")) != (memo.get("pgid"), memo.get("started_at")):
         return None
     return "verified by %s, not asked again" % verified.get("by")

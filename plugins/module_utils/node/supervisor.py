@@ -165,7 +165,7 @@ def check(step, ops, memo):
     if kind == "health":
         return ops.http(step["url"])[0] == 200, "not answering 200 yet"
     if kind == "completion":
-        if "asked_for" in memo and memo["asked_for"] == memo.get("pgid"):
+        if "asked_for" in memo and memo["asked_for"] == (memo.get("pgid"), memo.get("started_at")):
             return memo.get("completion_ok", False), memo.get("completion_detail", "")
         return None, "to ask"
     raise ValueError("unknown step kind %r" % kind)
@@ -223,7 +223,7 @@ def look(config, ops, memo):
             continue
         if step["kind"] == "completion":
             if done is None:
-                memo["asked_for"] = memo.get("pgid")
+                memo["asked_for"] = (memo.get("pgid"), memo.get("started_at"))  # a new container may reuse the number
                 vouched = completion.vouched(config, ops, memo)
                 memo["completion_ok"], memo["completion_detail"] = (True, vouched) if vouched else completion.ask(step, ops)
                 what = "completion %s: %s" % ("passed" if memo["completion_ok"] else "FAILED", memo["completion_detail"])

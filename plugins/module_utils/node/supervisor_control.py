@@ -11,8 +11,10 @@ A playbook that changes the cluster installs the plan's supervisor held before i
 written first, so that a supervisor already running never acts on a plan not verified yet, and the held supervisor
 serves the node's figures from then on. Once the deployment is verified, the release removes the hold and wakes it
 (SIGHUP: it looks at once); it is not restarted, so its figures never stop answering. The release also names the vLLM
-the playbook verified (its process group, in the ``verified`` file): the supervisor does not ask that one its
-completion and canary again (module_utils/node/completion.py); a vLLM it starts itself after a boot, it asks."""
+the playbook verified (its process group and start time, in the ``verified`` file) when the playbook says it did
+(``verified``: this run launched it and its endpoint check and canary passed): the supervisor does not ask that one
+its completion and canary again (module_utils/node/completion.py). A hold removes the file; a vLLM the supervisor
+starts itself after a boot, or one no run verified, it asks."""
 
 from __future__ import annotations
 
@@ -80,7 +82,7 @@ class Supervisor:
             except OSError:
                 pass
 
-    def install(self, holder=None, check=False):
+    def install(self, holder=None, check=False, verified=False):
         """Install this plan's supervisor where the node's copy differs and run it as the plan says (started when
         enabled, stopped when not). With ``holder`` it is held: the hold first (an existing hold is kept), then the
         files, then the start. Without, it is released: the hold goes and it is woken, not restarted. Returns what
@@ -101,6 +103,8 @@ class Supervisor:
             return result
         if hold and not held:
             supervisor.write_text(where["hold"], "%s since %s\n" % (holder, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+            if where.get("verified") and os.path.lexists(where["verified"]):
+                os.remove(where["verified"])  # what a release vouched for is this run's to say again
         for path, content, mode in stale:
             supervisor.write_text(path, content, mode)
         if relink and enabled:
@@ -109,7 +113,8 @@ class Supervisor:
         elif relink:
             os.remove(where["wants"])
         if held and not hold:
-            self.vouch(read_text(where["hold"]))
+            if verified:
+                self.vouch(read_text(where["hold"]))
             os.remove(where["hold"])
         if stop:
             self.stop()

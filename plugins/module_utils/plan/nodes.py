@@ -140,16 +140,17 @@ def check_node(name, facts, settings, planned_names, ports, findings):
     if impostors:
         findings.error(name, impostors, "%s: container(s) %s use this collection's names but were not made by it; they are left "
                        "alone. Remove or rename them (docker rm -f NAME) if they are stale, then run again" % (name, ", ".join(impostors)))
-    # Ports this deployment's own running containers hold are its own; another cluster of ours (another inventory on
-    # the same nodes) would make its Ray fail half-way through the launch, so it is named before anything changes.
+    # Ports this deployment's own running containers hold are its own; another deployment of ours (another inventory
+    # on the same nodes, or this one's before vllm_deployments) would make its Ray fail half-way through the launch, so
+    # it is named before anything changes. While this deployment runs here, the ports are taken to be its own.
     running = [(c.get("labels") or {}).get(labels.CLUSTER) for c in containers
                if c.get("state") == "running" and labels.ours(c) and (c.get("labels") or {}).get(labels.NODE) == name]
     taken = sorted(set(ports) & set(parse_listening(facts.get("listening"))))
     others = sorted({cluster or "unnamed" for cluster in running} - {settings["cluster_name"]})
     if taken and settings["cluster_name"] not in running and others:
-        findings.error(name, taken, "%s: port(s) %s are taken while another cluster of this collection runs here (%s). Tear it "
-                       "down with its own inventory (playbooks/teardown.yml -i <that inventory>), then run again; to serve both on "
-                       "these nodes, list them in one inventory's vllm_deployments, which gives each its own ports"
+        findings.error(name, taken, "%s: port(s) %s are taken while another deployment of this collection runs here (%s). "
+                       "Tear it down (playbooks/teardown.yml with the inventory that serves it), then run again; to serve "
+                       "both on these nodes, list them in one inventory's vllm_deployments, which gives each its own ports"
                        % (name, ", ".join(map(str, taken)), ", ".join(others)))
     elif taken and settings["cluster_name"] not in running:
         findings.error(name, taken, "%s: port(s) %s are held by a program this collection did not start (none of its containers "

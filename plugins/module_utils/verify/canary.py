@@ -8,9 +8,10 @@ image, a weight file damaged on one node (the model check compares sizes unless 
 answer; only a comparison sees a wrong one. So the first verified serve of a cluster stores the answers to a fixed set
 of prompts (temperature 0, a fixed seed, one prompt at a time with nothing else in flight: batching can flip a
 near-tie between two logits), as token IDs (``return_tokens_as_token_ids``: no detokenizer between us and the model).
-Every later launch asks them again, all in one request sent with the launch's first requests (the stream and the smoke
-tests: no step of their own); a prompt whose answer so asked is not the reference's token for token is asked again
-alone, with nothing else in flight, and that answer is the one judged:
+Every later launch asks them again. On the reference's own basis they go in one request sent with the launch's first
+requests (the stream and the smoke tests: no step of their own), and a prompt whose answer so asked is not the
+reference's token for token is asked again alone, with nothing else in flight, and that answer is the one judged;
+across a change of the basis each prompt is asked alone:
 
 - the image ID, the model's revision and every numerics-relevant flag unchanged: the tokens must be equal, exactly;
 - any of those changed (an upgrade, another quantization, another TP): the answers must agree within the profile's
@@ -122,6 +123,15 @@ def answers_of(response, prompts):
         raise ValueError("%d prompts asked together, %d answers" % (len(prompts), len(choices)))
     return [{"prompt": prompt, "tokens": tokens_of(response, choice), "text": choice.get("text") or ""}
             for prompt, choice in zip(prompts, choices)]
+
+
+def asks_together(config):
+    """Whether the prompts may first go in one request: only against a reference asked on this very basis (``config``:
+    the settings with the model's ``reference`` and the ``basis`` now). Across a change of the basis (another image,
+    flags, speculative decoding) the batch-size-one path users take is the one that changed: each prompt goes alone."""
+    reference = config.get("reference") or {}
+    return bool(reference.get("answers")) and config.get("basis") is not None \
+        and not differences(reference.get("basis") or {}, config["basis"])
 
 
 def ask_alone(reference, answers):

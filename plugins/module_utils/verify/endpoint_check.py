@@ -145,9 +145,9 @@ def first_requests(params, client, result):
     graph) for whichever comes first. Each answer is judged on its own; the smoke tests are reported in their order,
     and only when the stream gave its token. Returns (ready, the canary's answers asked together or None)."""
     tests = params["smoke_tests"]
-    asks_together = bool((params.get("canary") or {}).get("reference"))
+    asks_together = bool(params.get("canary")) and canary_prompts.asks_together(params["canary"])
     with ThreadPoolExecutor(max_workers=2 + len(tests)) as pool:
-        together = pool.submit(ask_together, params, client) if asks_together else None
+        together = pool.submit(ask_together, params, client, result) if asks_together else None
         smoke = [pool.submit(smoke_one, params, client, test) for test in tests]
         ready = check_stream(params, client, result) if params["stream"] else True
         entries = [future.result() for future in smoke]
@@ -157,13 +157,15 @@ def first_requests(params, client, result):
     return ready, answers
 
 
-def ask_together(params, client):
-    """The canary's prompts in one request (answers_of), or None when that request fails: each is then asked alone."""
+def ask_together(params, client, result):
+    """The canary's prompts in one request (answers_of), or None when that request fails (why: the result's
+    ``canary_together_error``): each is then asked alone."""
     config, prompts = params["canary"], list(params["canary"]["prompts"])
     try:
         return canary_prompts.answers_of(json.loads(client.post(
             "/v1/completions", canary_prompts.request(params["model"], prompts, config)).read()), prompts)
-    except Exception:  # pylint: disable=broad-except
+    except Exception as exc:  # pylint: disable=broad-except
+        result["canary_together_error"] = str(getattr(exc, "reason", None) or exc)
         return None
 
 

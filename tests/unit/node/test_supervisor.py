@@ -80,6 +80,7 @@ class FakeNode(supervisor.Ops):
         self.ray = ray
         self.healthy = healthy
         self.pgid = None
+        self.read_started = 0.0
         self.calls = []
         self.asked = 0
         self.canary_asked = []
@@ -93,7 +94,7 @@ class FakeNode(supervisor.Ops):
 
     def read(self, path):
         if path == "/state/run/vllm.json" and self.pgid:
-            return json.dumps({"pgid": self.pgid, "config_hash": "h", "started_at": 1000.0 + self.pgid})
+            return json.dumps({"pgid": self.pgid, "config_hash": "h", "started_at": 1000.0 + self.pgid + self.read_started})
         if path not in self.files:
             raise OSError("no %s" % path)
         return self.files[path]
@@ -413,3 +414,17 @@ def test_the_vllm_the_playbook_verified_is_not_asked_again_after_the_release_and
     node.files["/state/boot/verified.json"] = json.dumps({"pgid": 7, "started_at": 900.0, "by": "serve.yml"})
     state, detail, did = supervisor.look(config, node, {})
     assert state == "serving" and node.asked == 1
+
+
+def test_a_new_vllm_under_the_process_group_number_of_one_already_asked_is_asked():
+    """A recreated container starts its PID numbers anew: the same process group number, another start. What the
+    supervisor remembers of the old one (here a failed answer) is not this one's verdict."""
+    files = {"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt"), "/state/secrets/key": "sk-test"}
+    node = FakeNode(files=files, running={"head", "ray"}, ray=read_fixture("ray", "sim-two-nodes.json"), healthy=True)
+    node.pgid, memo = 7, {}
+    supervisor.look(head_config(), node, memo)
+    assert node.asked == 1
+    memo["completion_ok"], memo["completion_detail"] = False, "the old one answered wrong"
+    node.read_started = 5.0  # vLLM started again in a new container: process group 7 again
+    state, detail, did = supervisor.look(head_config(), node, memo)
+    assert state == "serving" and node.asked == 2

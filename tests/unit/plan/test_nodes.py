@@ -61,9 +61,9 @@ def test_ports_held_while_another_cluster_of_ours_runs_are_refused_naming_it():
     theirs = [line.replace("dgx_spark.vllm.cluster=dgx-spark,", "dgx_spark.vllm.cluster=dgx-spark-chat,") for line in PS]
     plan_nodes.check_node("sim-head", probed(docker_ps=theirs), normalize_settings({"simulated": True}), [HEAD_RAY], [6379, 8000],
                           findings)
-    assert messages(findings) == ["sim-head: port(s) 6379, 8000 are taken while another cluster of this collection runs here "
-                                  "(dgx-spark-chat). Tear it down with its own inventory (playbooks/teardown.yml -i <that "
-                                  "inventory>), then run again; to serve both on these nodes, list them in one inventory's "
+    assert messages(findings) == ["sim-head: port(s) 6379, 8000 are taken while another deployment of this collection runs "
+                                  "here (dgx-spark-chat). Tear it down (playbooks/teardown.yml with the inventory that serves "
+                                  "it), then run again; to serve both on these nodes, list them in one inventory's "
                                   "vllm_deployments, which gives each its own ports"]
 
 

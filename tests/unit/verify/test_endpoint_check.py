@@ -3,7 +3,9 @@
 import json
 import threading
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import endpoint_check
+import pytest
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canary, endpoint_check
 
 SMOKE = [{"name": "a chat completion returns text", "kind": "chat"}, {"name": "a second one", "kind": "chat"}]
 PARAMS = {"model": "m", "stream": True, "smoke_tests": SMOKE}
@@ -68,11 +70,13 @@ class Greedy:
                                    for i, p in reversed(list(enumerate(prompts)))]})  # in any order: the index says which
 
 
-CANARY = {"prompts": ["one", "three", "seven"], "max_tokens": 3, "seed": 1}
+BASIS = {"image_id": "sha256:1", "model": "m", "revision": None, "flags": {}, "env": {}}
+CANARY = {"prompts": ["one", "three", "seven"], "max_tokens": 3, "seed": 1, "basis": BASIS}
 
 
-def reference_of(prompts):
-    return {"answers": [{"prompt": p, "tokens": [int(t.split(":")[1]) for t in Greedy.tokens(p, False)]} for p in prompts]}
+def reference_of(prompts, basis=None):
+    return {"basis": basis or BASIS,
+            "answers": [{"prompt": p, "tokens": [int(t.split(":")[1]) for t in Greedy.tokens(p, False)]} for p in prompts]}
 
 
 def ask(vllm, reference):
@@ -119,3 +123,30 @@ def test_the_canary_goes_out_with_the_first_requests_when_the_model_has_a_refere
 
     ready, together = endpoint_check.first_requests(params, Both(4), found)
     assert ready and [a["prompt"] for a in together] == CANARY["prompts"]
+
+
+def test_across_a_change_of_the_basis_each_prompt_is_asked_alone():
+    """Another image (or other flags): the path a single user's request takes is what changed, so batching is not
+    allowed to stand in for it."""
+    vllm = Greedy()
+    found = ask(vllm, reference_of(CANARY["prompts"], dict(BASIS, image_id="sha256:0")))
+    assert [b["prompt"] for b in vllm.bodies] == CANARY["prompts"] and found["canary_asked_alone"] == 3
+
+
+def test_a_failed_request_of_all_prompts_is_said_and_each_is_asked_alone():
+    class NoLists(Greedy):
+        def post(self, path, body):
+            if isinstance(body["prompt"], list):
+                raise ValueError("prompt must be a string")
+            return Greedy.post(self, path, body)
+
+    vllm = NoLists()
+    found = ask(vllm, reference_of(CANARY["prompts"]))
+    assert found["canary_together_error"] == "prompt must be a string"
+    assert [b["prompt"] for b in vllm.bodies] == CANARY["prompts"] and found["errors"] == []
+    assert [a["prompt"] for a in found["canary"]] == CANARY["prompts"]
+
+
+def test_an_answer_with_too_few_choices_is_not_read_as_the_prompts_answers():
+    with pytest.raises(ValueError, match="3 prompts asked together, 2 answers"):
+        canary.answers_of({"choices": [{"index": 0}, {"index": 1}]}, CANARY["prompts"])
