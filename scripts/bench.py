@@ -215,27 +215,30 @@ def bare_bringup(plan):
     endpoint = plan["cluster"]["endpoint"]
     with open(endpoint["api_key_file"], encoding="utf-8") as handle:
         key = handle.read().strip()
-    started = time.monotonic()
-    for spec, node in specs:
-        subprocess.run(docker_run_argv(spec, node), check=True, capture_output=True)
     on_head = ["docker", "-H", node_socket(head)]
-    for dummy in range(600):
-        out = subprocess.run(on_head + ["exec", specs[0][0]["name"], "ray", "status"], capture_output=True, text=True, check=False).stdout
-        if out.count("node_") >= len(specs):
-            break
-        time.sleep(0.5)
-    subprocess.run(on_head + ["exec", "-d", specs[0][0]["name"], "sh", "-c", "exec \"$@\" >> /dgx-spark/logs/vllm.log 2>&1", "sh"]
-                   + serve["command"], check=True)
-    ok = chat_once(endpoint["url"], key, endpoint["served_model_name"], 1800)
-    seconds = time.monotonic() - started
-    # Taken down as a user would: vLLM first (TERM, as Ctrl-C), then the containers. A docker rm -f would kill the ranks
-    # hard, and on a GB10 (and its stand-in here) their memory would stay pinned until a reboot.
-    subprocess.run(on_head + ["exec", specs[0][0]["name"], "sh", "-c", "pkill -TERM -f 'vllm serve'; "
-                              "for i in $(seq 120); do pgrep -f 'vllm serve' >/dev/null || exit 0; sleep 0.5; done"],
-                   capture_output=True, check=False)
-    for spec, node in specs:
-        subprocess.run(["docker", "-H", node_socket(node), "stop", "--time", "60", spec["name"]], capture_output=True, check=False)
-        subprocess.run(["docker", "-H", node_socket(node), "rm", spec["name"]], capture_output=True, check=False)
+    started, ok = time.monotonic(), False
+    try:
+        for spec, node in specs:
+            subprocess.run(docker_run_argv(spec, node), check=True, capture_output=True)
+        for dummy in range(600):
+            out = subprocess.run(on_head + ["exec", specs[0][0]["name"], "ray", "status"], capture_output=True, text=True, check=False).stdout
+            if out.count("node_") >= len(specs):
+                break
+            time.sleep(0.5)
+        subprocess.run(on_head + ["exec", "-d", specs[0][0]["name"], "sh", "-c", "exec \"$@\" >> /dgx-spark/logs/vllm.log 2>&1", "sh"]
+                       + serve["command"], check=True)
+        ok = chat_once(endpoint["url"], key, endpoint["served_model_name"], 1800)
+        seconds = time.monotonic() - started
+    finally:
+        # Taken down as a user would, whatever happened (containers without our labels would make the next serve.yml
+        # refuse): vLLM first (TERM, as Ctrl-C), then the containers. A docker rm -f would kill the ranks hard, and on a
+        # GB10 (and its stand-in here) their memory would stay pinned until a reboot.
+        subprocess.run(on_head + ["exec", specs[0][0]["name"], "sh", "-c", "pkill -TERM -f 'vllm serve'; "
+                                  "for i in $(seq 120); do pgrep -f 'vllm serve' >/dev/null || exit 0; sleep 0.5; done"],
+                       capture_output=True, check=False)
+        for spec, node in specs:
+            subprocess.run(["docker", "-H", node_socket(node), "stop", "--time", "60", spec["name"]], capture_output=True, check=False)
+            subprocess.run(["docker", "-H", node_socket(node), "rm", spec["name"]], capture_output=True, check=False)
     return seconds if ok else None
 
 
