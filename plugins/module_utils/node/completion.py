@@ -81,7 +81,7 @@ def ask_canary(step, ops, key):
         try:
             if status != 200:
                 raise ValueError("it answered %s" % status)
-            answers.append({"prompt": prompt, "tokens": canary.tokens_of(answer), "text": answer["choices"][0].get("text") or ""})
+            answers.append(canary.answer_of(prompt, answer))
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             return False, "canary FAILED: the prompt %r: %s" % (prompt, exc)
     verdict = canary.compare(kept, spec["basis"], answers, spec["settings"])

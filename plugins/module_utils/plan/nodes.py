@@ -146,13 +146,15 @@ def check_node(name, facts, settings, planned_names, ports, findings):
     running = [(c.get("labels") or {}).get(labels.CLUSTER) for c in containers
                if c.get("state") == "running" and labels.ours(c) and (c.get("labels") or {}).get(labels.NODE) == name]
     taken = sorted(set(ports) & set(parse_listening(facts.get("listening"))))
+    if not taken or settings["cluster_name"] in running:
+        return
     others = sorted({cluster or "unnamed" for cluster in running} - {settings["cluster_name"]})
-    if taken and settings["cluster_name"] not in running and others:
+    if others:
         findings.error(name, taken, "%s: port(s) %s are taken while another deployment of this collection runs here (%s). "
                        "Tear it down (playbooks/teardown.yml with the inventory that serves it), then run again; to serve "
                        "both on these nodes, list them in one inventory's vllm_deployments, which gives each its own ports"
                        % (name, ", ".join(map(str, taken)), ", ".join(others)))
-    elif taken and settings["cluster_name"] not in running:
+    else:
         findings.error(name, taken, "%s: port(s) %s are held by a program this collection did not start (none of its containers "
                        "runs here). Stop it (ss -ltnp shows which), or choose other ports (vllm_port), then run again"
                        % (name, ", ".join(map(str, taken))))

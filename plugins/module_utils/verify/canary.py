@@ -116,13 +116,18 @@ def tokens_of(response, choice=None):
     return ids
 
 
+def answer_of(prompt, response, choice=None):
+    """The answer to ``prompt`` as kept and compared: its token IDs and its text (``choice``: as in tokens_of)."""
+    choice = choice if choice is not None else ((response or {}).get("choices") or [{}])[0]
+    return {"prompt": prompt, "tokens": tokens_of(response, choice), "text": choice.get("text") or ""}
+
+
 def answers_of(response, prompts):
     """The answers to a request of several prompts (``request`` with the list), in the prompts' order."""
     choices = sorted((response or {}).get("choices") or [], key=lambda c: c.get("index", 0))
     if len(choices) != len(prompts):
         raise ValueError("%d prompts asked together, %d answers" % (len(prompts), len(choices)))
-    return [{"prompt": prompt, "tokens": tokens_of(response, choice), "text": choice.get("text") or ""}
-            for prompt, choice in zip(prompts, choices)]
+    return [answer_of(prompt, response, choice) for prompt, choice in zip(prompts, choices)]
 
 
 def asks_together(config):

@@ -182,8 +182,7 @@ def ask_canary(params, client, result, together=None):
     try:
         for prompt in prompts:
             response = json.loads(client.post("/v1/completions", canary_prompts.request(params["model"], prompt, config)).read())
-            answers[prompt] = {"prompt": prompt, "tokens": canary_prompts.tokens_of(response),
-                               "text": response["choices"][0].get("text") or ""}
+            answers[prompt] = canary_prompts.answer_of(prompt, response)
     except Exception as exc:  # pylint: disable=broad-except
         result["errors"].append("canary prompt %r failed: %s" % (prompt, getattr(exc, "reason", None) or exc))
         result["canary"] = []
