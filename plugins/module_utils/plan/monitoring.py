@@ -154,11 +154,14 @@ def plan(config, cluster, folder, targets, nodes, floor, limit, labels):
         json.dumps([files, container], sort_keys=True).encode("utf-8")).hexdigest()[:16]
     url = "http://%s" % config["listen"]
     # Prometheus reads YAML, and JSON is YAML: each file as the plan has it, written as it is.
-    writes = [{"path": "%s/config/%s" % (folder, name), "content": json.dumps(content, indent=2, sort_keys=True) + "\n"}
-              for name, content in sorted(files.items())]
+    writes = [{"path": "%s/config/%s" % (folder, name), "content": json.dumps(content, indent=2, sort_keys=True) + "\n",
+               "mode": "0644"} for name, content in sorted(files.items())]
+    # Root's, but the data: the image's user (nobody) writes it.
+    folders = [{"path": folder, "owner": "0", "mode": "0755"}, {"path": folder + "/config", "owner": "0", "mode": "0755"},
+               {"path": folder + "/data", "owner": str(DATA_UID), "mode": "0700"}]
     return {"enabled": True, "url": url, "targets_url": url + "/api/v1/targets?state=active", "listen": config["listen"],
-            "node_port": config["node_port"], "folder": folder, "config_dir": folder + "/config", "data_dir": folder + "/data",
-            "data_uid": DATA_UID, "files": files, "writes": writes, "jobs": {JOB_VLLM: len(targets), JOB_NODES: len(nodes)},
+            "node_port": config["node_port"], "folder": folder,
+            "files": files, "folders": folders, "writes": writes, "jobs": {JOB_VLLM: len(targets), JOB_NODES: len(nodes)},
             "container": container}
 
 

@@ -1,0 +1,86 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_files
+short_description: Make the plan's folders and write its files on a node, in one call
+version_added: 1.0.0
+description:
+  - The plan says which folders and files a node needs (the state folders, the launcher, the baseline of memory before
+    a launch, Prometheus's configuration). Made with one C(file) or C(copy) task per entry, each costs a round trip
+    to the node, and a launch waits for them; this module makes them all in one call.
+  - A folder is made where it is missing and given its mode (and owner) where they differ. A file is written whole
+    (a reader never sees half of it) where its content, mode or owner differ. Nothing else is touched.
+  - Secrets in C(files) are the caller's to hide (C(no_log)); the module returns paths only, and the text before only
+    in diff mode.
+author:
+  - dgx_spark.vllm developers (@dgx-spark)
+extends_documentation_fragment:
+  - dgx_spark.vllm.attributes
+  - dgx_spark.vllm.attributes.ACTIONGROUP_VLLM
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+options:
+  folders:
+    description:
+      - The folders, each with C(path), C(mode) (octal text) and optionally C(owner) (a user name or number).
+    type: list
+    elements: dict
+    default: []
+  files:
+    description:
+      - The files, each with C(path), C(content), C(mode) (octal text) and optionally C(owner) (a user name or number).
+    type: list
+    elements: dict
+    default: []
+"""
+
+EXAMPLES = r"""
+- name: Make the node's state folders and files
+  dgx_spark.vllm.node_files:
+    folders: "{{ plan.nodes[inventory_hostname].writes.folders }}"
+    files: "{{ plan.nodes[inventory_hostname].writes.files }}"
+"""
+
+RETURN = r"""
+made:
+  description: The folders made or given their mode or owner (or that would be).
+  returned: always
+  type: list
+  elements: str
+written:
+  description: The files written (or that would be).
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import files as node_files
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(folders=dict(type="list", elements="dict", default=[]),
+                                              files=dict(type="list", elements="dict", default=[])),
+                           supports_check_mode=True)
+    try:
+        made, written, before = node_files.apply(module.params["folders"], module.params["files"], module.check_mode)
+    except (OSError, KeyError, ValueError) as exc:
+        module.fail_json(msg="Could not make the node's folders and files: %s" % exc)
+    result = dict(changed=bool(made or written), made=made, written=written)
+    if module._diff and written:
+        contents = {f["path"]: f["content"] for f in module.params["files"]}
+        result["diff"] = [dict(before=before[p], after=contents[p], before_header=p, after_header=p) for p in written]
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
