@@ -15,8 +15,8 @@ description:
     to the node, and a launch waits for them; this module makes them all in one call.
   - A folder is made where it is missing and given its mode (and owner) where they differ. A file is written whole
     (a reader never sees half of it) where its content, mode or owner differ. Nothing else is touched.
-  - Secrets in C(files) are the caller's to hide (C(no_log)); the module returns paths only, and the text before only
-    in diff mode.
+  - A secret (the head's API key) goes in C(secret_files), never in C(files); its content is never logged, returned or
+    shown in a diff (only its path is). C(files) are shown in diff mode.
 author:
   - dgx_spark.vllm developers (@dgx-spark)
 extends_documentation_fragment:
@@ -37,6 +37,12 @@ options:
   files:
     description:
       - The files, each with C(path), C(content), C(mode) (octal text) and optionally C(owner) (a user name or number).
+    type: list
+    elements: dict
+    default: []
+  secret_files:
+    description:
+      - Files as in C(files) whose content is a secret, written the same way (no diff, never logged).
     type: list
     elements: dict
     default: []
@@ -69,16 +75,19 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import files a
 
 def main():
     module = AnsibleModule(argument_spec=dict(folders=dict(type="list", elements="dict", default=[]),
-                                              files=dict(type="list", elements="dict", default=[])),
+                                              files=dict(type="list", elements="dict", default=[]),
+                                              secret_files=dict(type="list", elements="dict", default=[], no_log=True)),
                            supports_check_mode=True)
+    params = module.params
     try:
-        made, written, before = node_files.apply(module.params["folders"], module.params["files"], module.check_mode)
+        made, written, before = node_files.apply(params["folders"], params["files"] + params["secret_files"], module.check_mode)
     except (OSError, KeyError, ValueError) as exc:
         module.fail_json(msg="Could not make the node's folders and files: %s" % exc)
     result = dict(changed=bool(made or written), made=made, written=written)
-    if module._diff and written:
-        contents = {f["path"]: f["content"] for f in module.params["files"]}
-        result["diff"] = [dict(before=before[p], after=contents[p], before_header=p, after_header=p) for p in written]
+    contents = {f["path"]: f["content"] for f in params["files"]}
+    shown = [p for p in written if p in contents]
+    if module._diff and shown:
+        result["diff"] = [dict(before=before[p], after=contents[p], before_header=p, after_header=p) for p in shown]
     module.exit_json(**result)
 
 

@@ -63,6 +63,12 @@ options:
       - Seconds to wait for the expectations to be met. C(0) reads once and reports.
     type: int
     default: 0
+  interval:
+    description:
+      - Seconds between two looks while waiting. Each look runs Python in the container; the join gate, which waits
+        while vLLM loads on the same cores, looks less often.
+    type: float
+    default: 1
 """
 
 EXAMPLES = r"""
@@ -165,7 +171,6 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.ray_state imp
     validate_address,
 )
 
-POLL_SECONDS = 1
 PROBE_SECONDS = 20
 
 
@@ -189,6 +194,7 @@ def main():
             expected_gpus=dict(type="float"),
             expected_ips=dict(type="list", elements="str"),
             timeout=dict(type="int", default=0),
+            interval=dict(type="float", default=1),
         ),
         supports_check_mode=True,
     )
@@ -215,9 +221,9 @@ def main():
             last_error = str(exc)
         if state is not None and last_error is None and state["ready"]:
             break
-        if time.monotonic() + POLL_SECONDS > deadline:
+        if time.monotonic() + params["interval"] > deadline:
             break
-        time.sleep(POLL_SECONDS)
+        time.sleep(params["interval"])
 
     waited = round(time.monotonic() - started, 1)
     if last_error is not None:

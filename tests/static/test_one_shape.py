@@ -50,10 +50,11 @@ def test_no_role_or_playbook_branches_on_the_plans_shape(path):
         assert not offending(handle.read(), path)
 
 
-def test_the_launch_waits_for_the_heads_ray_only_and_the_join_gate_runs_while_vllm_loads():
-    """serve.yml's change: what needs no Ray (the model, the key) runs while the nodes join; vLLM is launched once the
-    head's Ray is up (not before: it would start a Ray of its own), and the join gate waits for the workers after the
-    launch, a failed gate stopping the vLLM it launched. Bench's scratch figure depends on this order."""
+def test_the_launch_waits_for_no_ray_and_the_join_gate_runs_while_vllm_loads():
+    """serve.yml's change: what needs no Ray (the model, the key) runs while Ray boots; vLLM is launched at once, its
+    command naming the head's Ray (it would start a Ray of its own if it found none, commands.serve_command), and the
+    join gate waits for every node after the launch, a failed gate stopping the vLLM it launched. Bench's scratch figure
+    depends on this order."""
     import yaml  # pylint: disable=import-outside-toplevel
 
     with open(os.path.join(ROOT, "playbooks", "tasks", "change.yml"), encoding="utf-8") as handle:
@@ -63,7 +64,8 @@ def test_the_launch_waits_for_the_heads_ray_only_and_the_join_gate_runs_while_vl
     gate = [t for t in tasks if "block" in t][0]
     steps[tasks.index(gate)] = "gate"
     order = ["dgx_spark.vllm.ray_cluster:start", "dgx_spark.vllm.model:main", "dgx_spark.vllm.vllm_serve:prepare",
-             "dgx_spark.vllm.ray_cluster:head", "dgx_spark.vllm.vllm_serve:start", "gate"]
+             "dgx_spark.vllm.vllm_serve:start", "dgx_spark.vllm.ray_cluster:workers", "gate"]
+    assert not any(s.endswith(":head") for s in steps)
     assert [s for s in steps if s in order] == order
     assert gate["block"][0]["ansible.builtin.include_role"]["tasks_from"] == "verify"
     assert [t for t in gate["rescue"] if "dgx_spark.vllm.vllm_process" in t][0]["dgx_spark.vllm.vllm_process"]["state"] == "stopped"

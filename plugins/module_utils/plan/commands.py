@@ -42,6 +42,17 @@ exec vllm serve "$@"
 """ % API_KEY_FILE
 
 
+def serve_command(argv, ray_address=None):
+    """What starts ``vllm serve`` with ``argv`` in its container: the launcher (it gives vLLM the key). With Ray, the
+    head's GCS address is named (RAY_ADDRESS): vLLM is launched as soon as the head's Ray container starts, without
+    waiting for its Ray, which boots while vLLM imports (seconds before it calls ``ray.init``). Named, Ray's driver
+    connects to that cluster, retrying while its GCS and this node's raylet come up; without the name, a vLLM that
+    found no cluster yet would start a Ray of its own inside the container and serve alone (fact 1). The join gate
+    waits for the head and the workers while vLLM loads."""
+    command = [LAUNCHER] + list(argv[2:])
+    return ["env", "RAY_ADDRESS=" + ray_address] + command if ray_address else command
+
+
 def state_files(inputs, paths, non_carry):
     """The small files a node's state folder holds: the launcher, and with Ray the names it must not carry over."""
     files = [{"path": paths["launcher"], "content": LAUNCHER_SCRIPT, "mode": "0755"}]

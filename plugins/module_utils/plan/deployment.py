@@ -260,7 +260,7 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     entry["image_stream"] = None if is_head else commands.image_stream(settings, head, name, fabric_ip,
                                                                        inputs["nodes"][name].get("ssh_user"))
     if is_head or backend == "mp":
-        entry["serve"] = {"container": spec["name"], "argv": argv, "command": [commands.LAUNCHER] + argv[2:],
+        entry["serve"] = {"container": spec["name"], "argv": argv, "command": commands.serve_command(argv, cluster["ray_address"]),
                           "state_file": commands.VLLM_STATE if backend == "ray" else None,
                           "log": commands.VLLM_LOG if backend == "ray" else None, "config_hash": node_hash}
     if is_head:

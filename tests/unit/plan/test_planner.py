@@ -359,7 +359,8 @@ def test_plan_names_every_path_port_and_url_the_roles_use(tmp_path, m25):
     endpoint = plan["cluster"]["endpoint"]
     assert endpoint["health_url"] == "http://192.168.1.101:9000/health"
     assert endpoint["local_health_url"] == "http://192.168.1.101:9000/health"
-    assert head["serve"]["command"] == ["/dgx-spark/bin/vllm-serve"] + head["serve"]["argv"][2:]
+    # vLLM joins the head's Ray by its address, launched before that Ray is up (commands.serve_command)
+    assert head["serve"]["command"] == ["env", "RAY_ADDRESS=" + plan["cluster"]["ray_address"], "/dgx-spark/bin/vllm-serve"] + head["serve"]["argv"][2:]
     fetch = head["helpers"]["model_fetch"]["argv"]
     assert fetch[:5] == ["docker", "run", "--rm", "--name", "dgx-spark-model-fetch"]
     assert "--token-file" in fetch and not any(a.startswith(("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")) for a in fetch)
