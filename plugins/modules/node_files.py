@@ -15,8 +15,8 @@ description:
     to the node, and a launch waits for them; this module makes them all in one call.
   - A folder is made where it is missing and given its mode (and owner) where they differ. A file is written whole
     (a reader never sees half of it) where its content, mode or owner differ. Nothing else is touched.
-  - A secret (the head's API key) goes in C(secret_files), never in C(files); its content is never logged, returned or
-    shown in a diff (only its path is). C(files) are shown in diff mode.
+  - A secret (the head's API key) goes in O(secret_files), never in O(files); its content is never logged, returned
+    or shown in a diff (only its path is). O(files) are shown in diff mode.
 author:
   - dgx_spark.vllm developers (@dgx-spark)
 extends_documentation_fragment:
@@ -30,22 +30,67 @@ attributes:
 options:
   folders:
     description:
-      - The folders, each with C(path), C(mode) (octal text) and optionally C(owner) (a user name or number).
+      - The folders to make.
     type: list
     elements: dict
     default: []
+    suboptions:
+      path:
+        description: The folder.
+        type: path
+        required: true
+      mode:
+        description: Its mode, as octal text.
+        type: str
+        required: true
+      owner:
+        description: Its owner, a user name or number; left as it is when omitted.
+        type: str
   files:
     description:
-      - The files, each with C(path), C(content), C(mode) (octal text) and optionally C(owner) (a user name or number).
+      - The files to write. Shown in diff mode.
     type: list
     elements: dict
     default: []
+    suboptions:
+      path:
+        description: The file.
+        type: path
+        required: true
+      content:
+        description: Its whole text.
+        type: str
+        required: true
+      mode:
+        description: Its mode, as octal text.
+        type: str
+        required: true
+      owner:
+        description: Its owner, a user name or number; left to the writer when omitted.
+        type: str
   secret_files:
     description:
-      - Files as in C(files) whose content is a secret, written the same way (no diff, never logged).
+      - Files as in O(files) whose content is a secret (the head's API key), written the same way; their content is
+        never logged, returned or shown in a diff, their path is.
     type: list
     elements: dict
     default: []
+    suboptions:
+      path:
+        description: The file.
+        type: path
+        required: true
+      content:
+        description: Its whole text, a secret.
+        type: str
+        required: true
+      mode:
+        description: Its mode, as octal text.
+        type: str
+        required: true
+      owner:
+        description: Its owner, a user name or number; left to the writer when omitted.
+        type: str
 """
 
 EXAMPLES = r"""
@@ -74,9 +119,12 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import files a
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(folders=dict(type="list", elements="dict", default=[]),
-                                              files=dict(type="list", elements="dict", default=[]),
-                                              secret_files=dict(type="list", elements="dict", default=[], no_log=True)),
+    folder = dict(path=dict(type="path", required=True), mode=dict(type="str", required=True), owner=dict(type="str"))
+    text = dict(folder, content=dict(type="str", required=True))
+    secret = dict(folder, content=dict(type="str", required=True, no_log=True))
+    module = AnsibleModule(argument_spec=dict(folders=dict(type="list", elements="dict", default=[], options=folder),
+                                              files=dict(type="list", elements="dict", default=[], options=text),
+                                              secret_files=dict(type="list", elements="dict", default=[], options=secret)),
                            supports_check_mode=True)
     params = module.params
     try:

@@ -201,6 +201,8 @@ def main():
     params = module.params
     if params["expected_nodes"] is not None and params["expected_nodes"] < 1:
         module.fail_json(msg="expected_nodes must be at least 1, got %d" % params["expected_nodes"])
+    if params["interval"] <= 0:
+        module.fail_json(msg="interval must be more than 0 seconds, got %g" % params["interval"])
     if params["timeout"] < 0:
         module.fail_json(msg="timeout must be 0 or more seconds, got %d" % params["timeout"])
     try:

@@ -17,6 +17,7 @@ LAUNCHER = STATE_MOUNT + "/bin/vllm-serve"
 VLLM_LOG = STATE_MOUNT + "/logs/vllm.log"
 VLLM_STATE = STATE_MOUNT + "/run/vllm.json"  # vllm_process's state file in the head's container (its default)
 API_KEY_FILE = STATE_MOUNT + "/secrets/vllm_api_key"
+GCS_WAIT_SECONDS = 120  # how long vLLM's Ray driver waits for the head's GCS (serve_command)
 # The launcher runs `vllm serve` with the arguments it is given. The API key is read from a file only root can read,
 # so it never appears on a command line, in `docker inspect` or in a log, and Ray does not carry it to the workers
 # (ray_non_carry_over_env_vars.json lists it).
@@ -50,7 +51,8 @@ def serve_command(argv, ray_address=None):
     found no cluster yet would start a Ray of its own inside the container and serve alone (fact 1). The join gate
     waits for the head and the workers while vLLM loads."""
     command = [LAUNCHER] + list(argv[2:])
-    return ["env", "RAY_ADDRESS=" + ray_address] + command if ray_address else command
+    # Ray's driver waits about 20 s for a named GCS by default; a head that boots slowly gets GCS_WAIT_SECONDS.
+    return ["env", "RAY_ADDRESS=" + ray_address, "RAY_gcs_server_port_wait_time_s=%d" % GCS_WAIT_SECONDS] + command if ray_address else command
 
 
 def state_files(inputs, paths, non_carry):

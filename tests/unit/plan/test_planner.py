@@ -360,7 +360,8 @@ def test_plan_names_every_path_port_and_url_the_roles_use(tmp_path, m25):
     assert endpoint["health_url"] == "http://192.168.1.101:9000/health"
     assert endpoint["local_health_url"] == "http://192.168.1.101:9000/health"
     # vLLM joins the head's Ray by its address, launched before that Ray is up (commands.serve_command)
-    assert head["serve"]["command"] == ["env", "RAY_ADDRESS=" + plan["cluster"]["ray_address"], "/dgx-spark/bin/vllm-serve"] + head["serve"]["argv"][2:]
+    assert head["serve"]["command"] == ["env", "RAY_ADDRESS=" + plan["cluster"]["ray_address"], "RAY_gcs_server_port_wait_time_s=120",
+                                        "/dgx-spark/bin/vllm-serve"] + head["serve"]["argv"][2:]
     fetch = head["helpers"]["model_fetch"]["argv"]
     assert fetch[:5] == ["docker", "run", "--rm", "--name", "dgx-spark-model-fetch"]
     assert "--token-file" in fetch and not any(a.startswith(("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")) for a in fetch)
@@ -394,7 +395,10 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     fresh = copy.deepcopy(inputs)
     fresh["nodes"]["spark1"].update(docker_ps=[], vllm=None)
     fresh["nodes"]["spark2"].update(docker_ps=[])
-    assert [deployment.plan_deployment(copy.deepcopy(fresh))["nodes"][n]["models_mount_kept"] for n in ("spark1", "spark2")] == [False] * 2
+    fresh_plan = deployment.plan_deployment(copy.deepcopy(fresh))
+    assert [fresh_plan["nodes"][n]["models_mount_kept"] for n in ("spark1", "spark2")] == [False] * 2
+    # A worker made anew joins while vLLM imports (started after the launch); the head never waits for the launch.
+    assert [fresh_plan["nodes"][n]["joins_after_launch"] for n in ("spark1", "spark2")] == [False, True]
     watcher = json.dumps({"Names": "dgx-spark-model-watcher", "State": "running",
                           "Labels": "dgx_spark.vllm.cluster=dgx-spark,dgx_spark.vllm.node=spark2,dgx_spark.vllm.managed=true"})
     fresh["nodes"]["spark2"]["docker_ps"] = [watcher]
@@ -405,6 +409,8 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     replaced = deployment.plan_deployment(inputs)
     assert replaced["cluster"]["changes"] == ["spark1: recreate dgx-spark-ray-spark1", "spark2: restart dgx-spark-ray-spark2"]
     assert replaced["nodes"]["spark1"]["serve"]["change"] == "start"
+    # A running worker replaced goes before the launch: vLLM's placement group must not land on its old node.
+    assert not replaced["nodes"]["spark2"]["joins_after_launch"]
     assert [replaced["nodes"][n]["models_mount_kept"] for n in ("spark1", "spark2")] == [False, False]
     for name in ("spark1", "spark2"):  # vLLM starts again: each node's memory now is the baseline teardown compares with
         assert baseline(replaced["nodes"][name]) is not None
@@ -442,6 +448,7 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     inputs["nodes"]["spark1"]["ray"] = node_probe.ray(0, json.dumps(left), "", "dgx-spark-ray-spark1")
     missing = deployment.plan_deployment(copy.deepcopy(inputs))
     assert missing["cluster"]["changes"] == ["spark2: restart dgx-spark-ray-spark2"]
+    assert not missing["nodes"]["spark2"]["joins_after_launch"]  # restarted before vLLM is launched again
     assert missing["nodes"]["spark1"]["serve"]["change"] == "start" and missing["cluster"]["join_gate_proven"] is False
     # vLLM runs: it is stopped by its process group before the worker's container restarts under its rank (fact 3)
     assert missing["nodes"]["spark1"]["serve"]["stop_first"] and not healthy["nodes"]["spark1"]["serve"]["stop_first"]
