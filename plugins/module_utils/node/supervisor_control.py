@@ -82,12 +82,35 @@ class Supervisor:
             except OSError:
                 pass
 
+    def hold_only(self, holder, check):
+        """Hold the supervisor the node runs, whatever its plan, without installing anything: what a playbook that
+        knows the node's paths but no profile can do (recover.yml stopping the ranks; serve.yml then installs the
+        plan and releases it). Writing a plan it does not have would leave the supervisor none."""
+        where = self.where
+        if holder is None:
+            self.fail(msg="vllm_boot: this boot names the supervisor's paths only (no plan to install); only state=held "
+                          "can use it. Give the plan's nodes.<host>.boot")
+        held = os.path.exists(where["hold"])
+        result = {"changed": not held, "written": [] if held else [where["hold"]],
+                  "diff": {"before": {"held": held}, "after": {"held": True}}}
+        if not held and not check:
+            self.write_hold(holder)
+        return result
+
+    def write_hold(self, holder):
+        where = self.where
+        supervisor.write_text(where["hold"], "%s since %s\n" % (holder, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+        if where.get("verified") and os.path.lexists(where["verified"]):
+            os.remove(where["verified"])  # what a release vouched for is this run's to say again
+
     def install(self, holder=None, check=False, verified=False):
         """Install this plan's supervisor where the node's copy differs and run it as the plan says (started when
         enabled, stopped when not). With ``holder`` it is held: the hold first (an existing hold is kept), then the
         files, then the start. Without, it is released: the hold goes and it is woken, not restarted. Returns what
         the module reports: changed, written, diff."""
         where, enabled = self.where, bool(self.plan.get("enabled"))
+        if self.plan.get("config") is None:  # known by its paths only (recover.yml's stop of the ranks): held, no more
+            return self.hold_only(holder, check)
         linked, held, running = os.path.islink(where["wants"]), os.path.exists(where["hold"]), self.running()
         files = boot.files(self.plan)  # boot imports every module it copies, so AnsiballZ carries them all
         stale = [(path, content, mode) for path, content, mode in files if read_text(path) != content]
@@ -102,9 +125,7 @@ class Supervisor:
         if not result["changed"] or check:
             return result
         if hold and not held:
-            supervisor.write_text(where["hold"], "%s since %s\n" % (holder, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
-            if where.get("verified") and os.path.lexists(where["verified"]):
-                os.remove(where["verified"])  # what a release vouched for is this run's to say again
+            self.write_hold(holder)
         for path, content, mode in stale:
             supervisor.write_text(path, content, mode)
         if relink and enabled:

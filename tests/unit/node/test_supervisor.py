@@ -295,6 +295,26 @@ def test_the_module_installs_starts_holds_releases_and_removes_only_its_files(tm
     assert not run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})["changed"]
 
 
+def test_a_boot_known_by_its_paths_only_is_held_without_touching_its_plan(tmp_path):
+    """recover.yml holds the supervisor with the paths plan (no profile, boot.installed): the hold is written and the
+    node's plan, unit and code stay as they are (it once wrote "null" for the plan, then failed on the missing unit)."""
+    where = module_boot(tmp_path)["paths"]
+    os.makedirs(os.path.dirname(where["config"]))
+    with open(where["config"], "w") as handle:
+        handle.write('{"steps": []}\n')
+    paths_only = boot.installed(str(tmp_path / "state"), "t")
+    paths_only["paths"] = where
+    checked = run_module("vllm_boot", {"boot": paths_only, "state": "held", "holder": "recover.yml", "_ansible_check_mode": True})
+    assert checked["changed"] and not os.path.exists(where["hold"])
+    held = run_module("vllm_boot", {"boot": paths_only, "state": "held", "holder": "recover.yml"})
+    assert held["changed"] and held["written"] == [where["hold"]], held
+    assert open(where["hold"]).read().startswith("recover.yml since ") and open(where["config"]).read() == '{"steps": []}\n'
+    assert not os.path.exists(where["unit"]) and not os.path.exists(where["lib"])
+    assert not run_module("vllm_boot", {"boot": paths_only, "state": "held", "holder": "recover.yml"})["changed"]
+    refused = run_module("vllm_boot", {"boot": paths_only, "state": "present"})
+    assert refused["failed"] and "only state=held" in refused["msg"] and os.path.exists(where["hold"])
+
+
 def wait_for_state(where, state, seconds=15):
     deadline = time.time() + seconds
     while time.time() < deadline:
