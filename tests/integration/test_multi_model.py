@@ -132,7 +132,7 @@ def test_a_second_run_changes_nothing_and_loses_no_request(served):
     figures = load.figures()
     assert all(h["changed"] == 0 and h["failed"] == 0 for h in recap(out).values()), recap(out)
     assert out.count("Changes: none, every container and vLLM run as planned") == 2
-    assert figures["failed"] == 0 and figures["requests"] >= 8, figures
+    assert figures["failed"] == 0 and figures["requests"] >= 8, json.dumps(figures)  # whole, with the first errors (a dict would be cut short)
     record("load", "a no-change re-run of serve.yml with two deployments", "changes nothing, restarts nothing", load=figures)
 
 
@@ -182,7 +182,7 @@ def test_a_changed_deployment_restarts_alone_while_the_other_answers(served):
         argv = json.load(handle)["deployments"]["coder"]["nodes"]["sim-head"]["serve"]["argv"]
     assert argv[argv.index("--max-model-len") + 1] == "512"
     assert call("/v1/models", token=key("vllm_api_key-coder"), base="http://10.209.0.10:8002")[0] == 200
-    assert figures["failed"] == 0 and figures["requests"] >= 4, figures
+    assert figures["failed"] == 0 and figures["requests"] >= 4, json.dumps(figures)  # whole, with the first errors (a dict would be cut short)
 
 
 def node_exec(node, argv):
@@ -226,7 +226,7 @@ def test_recover_restores_the_deployment_that_lost_its_vllm_and_leaves_the_other
     flat = " ".join(out.split())
     assert "deployment chat: Nothing to recover" in flat and "deployment coder: restart_ranks (sim-head): vLLM is not running" in flat
     assert vllm_pgid("chat") == chat_pgid and containers() == before  # chat's vLLM and every container untouched
-    assert chat("sim-tiny-ring")[0] == 200 and figures["failed"] == 0 and figures["requests"] >= 4, figures
+    assert chat("sim-tiny-ring")[0] == 200 and figures["failed"] == 0 and figures["requests"] >= 4, json.dumps(figures)
     record("fault", "one deployment's vLLM killed, two deployments on the same nodes",
            "recover.yml restarts that deployment's ranks alone; the other answers throughout", load=figures)
 
@@ -249,7 +249,7 @@ def test_a_failed_upgrade_of_one_deployment_rolls_back_alone_while_the_other_ans
         assert "canary passed: 5 prompts agree with the reference token for token" in flat  # coder's rollback verified
         assert vllm_pgid("chat") == chat_pgid  # chat was never stopped
         assert {n: i for n, i in containers().items() if "-chat-" in n} == {n: i for n, i in before.items() if "-chat-" in n}
-        assert figures["failed"] == 0 and figures["requests"] >= 4, figures
+        assert figures["failed"] == 0 and figures["requests"] >= 4, json.dumps(figures)  # whole, with the first errors (a dict would be cut short)
         assert chat("sim-tiny-ring")[0] == 200
         dummy, out = playbook("serve", log="models-serve-after-rollback")
         assert out.count("Changes: none, every container and vLLM run as planned") == 2
@@ -270,7 +270,7 @@ def test_the_teardown_of_one_leaves_the_other_serving_throughout(served):
         dummy, out = playbook("teardown", "-e", "vllm_deployment=coder")
         time.sleep(2)
     figures = load.figures()
-    assert figures["failed"] == 0 and figures["requests"] >= 4, figures
+    assert figures["failed"] == 0 and figures["requests"] >= 4, json.dumps(figures)  # whole, with the first errors (a dict would be cut short)
     left = containers()
     assert not [n for n in left if "-coder-" in n] and "dgx-spark-chat-ray-sim-head" in left and "dgx-spark-gateway" in left
     assert out.count("memory back to its baseline") == 2  # the node that still serves chat is not named for a reboot
