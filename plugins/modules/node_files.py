@@ -124,7 +124,8 @@ def main():
     secret = dict(folder, content=dict(type="str", required=True, no_log=True))
     module = AnsibleModule(argument_spec=dict(folders=dict(type="list", elements="dict", default=[], options=folder),
                                               files=dict(type="list", elements="dict", default=[], options=text),
-                                              secret_files=dict(type="list", elements="dict", default=[], options=secret)),
+                                              # its content alone is a secret (no_log on that suboption)
+                                              secret_files=dict(type="list", elements="dict", default=[], options=secret, no_log=False)),
                            supports_check_mode=True)
     params = module.params
     try:
