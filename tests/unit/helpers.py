@@ -83,6 +83,13 @@ SPARKS = [  # name, fabric IP, sysfs capture, management address (ansible_host r
 ]
 
 
+def stand_in_sha256(path):
+    """A sha256 for a file the tests pin without having it (planning reads the pin, never the file)."""
+    import hashlib
+
+    return hashlib.sha256(("stand-in for " + path).encode()).hexdigest()
+
+
 def spark_inputs(profile, root, count=2, backend=None, meminfo="gb10-idle.txt", settings=None):
     """Planner inputs for ``count`` Sparks of the sample inventory with probe facts from captures."""
     import os
@@ -96,6 +103,11 @@ def spark_inputs(profile, root, count=2, backend=None, meminfo="gb10-idle.txt", 
     # The seed profiles trust the model's code; the tests accept an unpinned revision, as the sample inventory says how.
     base = {"image": "nvcr.io/nvidia/vllm:26.09-py3", "api_key_file": "inventories/sparks/.secrets/vllm_api_key",
             "trust_remote_code_unpinned": True}
+    # A plugin file a profile loads runs only pinned (vllm_code_pins): a stand-in sha256 for each, as a user's would be.
+    flags = (profile.get("vllm") or {}).get("flags") or {}
+    files = [str(flags[f]) for f in ("--reasoning-parser-plugin", "--tool-parser-plugin") if str(flags.get(f) or "").startswith("/")]
+    if files:
+        base["code_pins"] = {path: stand_in_sha256(path) for path in files}
     base.update(settings or {})
     return {
         "head_hosts": [SPARKS[0][0]],

@@ -60,6 +60,7 @@ DEFAULT_SETTINGS = {
     "rsync_port": 8730,
     "image_build": False,               # the image role builds the image on the head (image_build)
     "trust_remote_code_unpinned": False,  # allow --trust-remote-code with a revision that is not a commit (warned)
+    "code_pins": None,                  # {file vLLM loads, as the container sees it: sha256} (module_utils/plan/code.py)
     "pipeline_across_nodes": False,     # allow PP > 1 across nodes with Ray, which crashed on the 2nd request (seed 003; warned)
     "firewall": True,                   # Ray's ports answer only the cluster's nodes (module_utils/plan/firewall.py)
     "boot_start": True,                 # each node's supervisor brings the model back after a boot (module_utils/plan/boot.py)

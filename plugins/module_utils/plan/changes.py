@@ -47,8 +47,10 @@ def decide_changes(inputs, nodes, cluster, head):
     order = [n for n in inputs["order"] if n in nodes]
     if inputs["backend"] == "ray" and head in nodes:
         serve = nodes[head]["serve"]
-        serve["config_hash"] = digest({"argv": serve["argv"], "nodes": [nodes[n]["config_hash"] for n in order],
-                                       "api_key": inputs.get("api_key_digest")})
+        hashed = {"argv": serve["argv"], "nodes": [nodes[n]["config_hash"] for n in order], "api_key": inputs.get("api_key_digest")}
+        if inputs.get("code_pins"):  # a file pinned anew is loaded anew (the argv alone hashed before pins existed)
+            hashed["code_pins"] = inputs["code_pins"]
+        serve["config_hash"] = digest(hashed)
         cluster["serve_config_hash"] = serve["config_hash"]
     probed = {n: nodes_check.probed_containers(inputs["nodes"][n]) for n in order}
     for name in order:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, flags as flag_utils, labels as container_labels
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code, firewall, flags as flag_utils, labels as container_labels
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, MODELS_MOUNT, node_paths, STATE_MOUNT
 
 OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for plasma otherwise
@@ -25,9 +25,23 @@ LAUNCHER_SCRIPT = """#!/bin/sh
 # Written by dgx_spark.vllm (the plan's launcher): runs `vllm serve` with the arguments it is given.
 # The API key is read from a file only root can read, so it never appears on a command line, in
 # `docker inspect` or in a log, and Ray does not carry it to the workers (ray_non_carry_over_env_vars.json).
-# Fail closed: an endpoint rank without a key does not start (a headless rank serves no endpoint).
+# Fail closed: an endpoint rank without a key does not start (a headless rank serves no endpoint), and
+# no rank starts when a file vLLM would load differs from its pin (vllm_code_pins).
 set -e
 key_file=%s
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dgx-spark-pin=*)
+      pin=${1#--dgx-spark-pin=}
+      if ! printf '%%s  %%s\\n' "${pin%%%%:*}" "${pin#*:}" | sha256sum -c --status 2>/dev/null; then
+        echo "dgx_spark.vllm: ${pin#*:} is missing or differs from its sha256 in vllm_code_pins (${pin%%%%:*});" \
+          "vLLM is not started. Put back the file you reviewed, or review it and pin its new sha256." >&2
+        exit 78
+      fi
+      shift ;;
+    *) break ;;
+  esac
+done
 headless=
 for arg in "$@"; do [ "$arg" = --headless ] && headless=1; done
 if [ -z "$headless" ]; then
@@ -43,14 +57,19 @@ exec vllm serve "$@"
 """ % API_KEY_FILE
 
 
-def serve_command(argv, ray_address=None):
+def launch(argv, pins=()):
+    """The launcher with vLLM's arguments (``argv`` without ``vllm serve``), after the files it checks first."""
+    return [LAUNCHER] + code.launcher_args(pins) + list(argv[2:])
+
+
+def serve_command(argv, ray_address=None, pins=()):
     """What starts ``vllm serve`` with ``argv`` in its container: the launcher (it gives vLLM the key). With Ray, the
     head's GCS address is named (RAY_ADDRESS): vLLM is launched as soon as the head's Ray container starts, without
     waiting for its Ray, which boots while vLLM imports (seconds before it calls ``ray.init``). Named, Ray's driver
     connects to that cluster, retrying while its GCS and this node's raylet come up; without the name, a vLLM that
     found no cluster yet would start a Ray of its own inside the container and serve alone (fact 1). The join gate
     waits for the head and the workers while vLLM loads."""
-    command = [LAUNCHER] + list(argv[2:])
+    command = launch(argv, pins)
     # Ray's driver waits about 20 s for a named GCS by default; a head that boots slowly gets GCS_WAIT_SECONDS.
     return ["env", "RAY_ADDRESS=" + ray_address, "RAY_gcs_server_port_wait_time_s=%d" % GCS_WAIT_SECONDS] + command if ray_address else command
 

@@ -24,6 +24,7 @@ import copy
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import bench
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import changes
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import env as environment
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall
@@ -151,6 +152,8 @@ def plan_deployment(inputs, stage="full"):
     common = environment.common_environment(inputs, result["parallel"], use_roce)
     flags, max_len = commands.serve_flags(inputs, findings, result["parallel"])
     check_flags(inputs, findings, flags, commands.planned_flags(inputs, result["parallel"], result["gpu_memory_utilization"], max_len))
+    inputs["code_pins"] = code.check(flags, [("profile %s: env" % profile["name"], profile.get("env")),
+                                             ("vllm_extra_env", inputs.get("extra_env"))], settings.get("code_pins"), findings)
 
     def argv_of(rank):
         return commands.serve_argv(inputs, result["parallel"], flags, result["gpu_memory_utilization"], max_len, rank,
@@ -240,7 +243,7 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     if backend == "ray":
         spec = commands.container_spec(inputs, name, "ray", env, paths, commands.ray_command(inputs, fabric_ip, is_head, cluster["head_ip"]))
     else:
-        spec = commands.container_spec(inputs, name, "vllm", env, paths, [commands.LAUNCHER] + argv[2:])
+        spec = commands.container_spec(inputs, name, "vllm", env, paths, commands.launch(argv, inputs["code_pins"]))
     # The image by its ID where known: another name of the same image (the tag an upgrade's rollback plans by) is the
     # same deployment, and a tag moved to another image is not.
     hashed = {"cluster": cluster["hash"], "containers": [dict(spec, image=cluster["image_id"] or spec["image"])]}
@@ -260,7 +263,7 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     entry["image_stream"] = None if is_head else commands.image_stream(settings, head, name, fabric_ip,
                                                                        inputs["nodes"][name].get("ssh_user"))
     if is_head or backend == "mp":
-        entry["serve"] = {"container": spec["name"], "argv": argv, "command": commands.serve_command(argv, cluster["ray_address"]),
+        entry["serve"] = {"container": spec["name"], "argv": argv, "command": commands.serve_command(argv, cluster["ray_address"], inputs["code_pins"]),
                           "state_file": commands.VLLM_STATE if backend == "ray" else None,
                           "log": commands.VLLM_LOG if backend == "ray" else None, "config_hash": node_hash}
     if is_head:

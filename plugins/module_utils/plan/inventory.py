@@ -140,6 +140,11 @@ def check_model(inputs, findings):
     flags = dict((profile.get("vllm") or {}).get("flags") or {}, **(inputs.get("extra_flags") or {}))
     if not flag_utils.given(flags.get("--trust-remote-code")) or model_id.startswith("/"):
         return
+    code_revision = flags.get("--code-revision")
+    if flag_utils.given(code_revision) and not COMMIT.match(str(code_revision)):
+        findings.error("all", code_revision, "profile %s sets --trust-remote-code, and --code-revision %s, which fetches the model's "
+                       "code at a revision that is not a commit; pin --code-revision to the 40-character commit you reviewed, or "
+                       "leave it out (the code is then the pinned vllm_model_revision's)" % (profile["name"], code_revision))
     revision = (inputs.get("overrides") or {}).get("model_revision") or profile["model"].get("revision")
     if COMMIT.match(str(revision or "")):
         return

@@ -70,3 +70,35 @@ def test_the_launcher_fails_closed_without_a_key(tmp_path, key, extra, rc, says)
     (tmp_path / "launcher").write_text(script)
     proc = subprocess.run(["sh", str(tmp_path / "launcher"), "m"] + extra, capture_output=True, text=True, check=False)
     assert proc.returncode == rc and says in proc.stdout + proc.stderr
+
+
+def test_the_launcher_starts_vllm_only_when_every_pinned_file_is_the_one_pinned(tmp_path):
+    """vllm_code_pins: the launcher checks each pinned file before every start (a supervisor's too); a file changed,
+    replaced or gone stops it before vLLM imports anything, naming the file; vLLM gets its own arguments only."""
+    import hashlib
+    import subprocess
+
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code
+
+    key_file = tmp_path / "vllm_api_key"
+    key_file.write_text("k-1")
+    plugin = tmp_path / "parser.py"
+    plugin.write_text("print('reviewed')\n")
+    pins = [{"path": str(plugin), "sha256": hashlib.sha256(plugin.read_bytes()).hexdigest()}]
+    script = commands.LAUNCHER_SCRIPT.replace(commands.API_KEY_FILE, str(key_file))
+    (tmp_path / "launcher").write_text(script.replace('exec vllm serve "$@"', 'echo "args=$*"'))
+
+    def launch():
+        argv = ["sh", str(tmp_path / "launcher")] + commands.launch(["vllm", "serve", "m", "--reasoning-parser-plugin", str(plugin)], pins)[1:]
+        return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+    proc = launch()
+    assert proc.returncode == 0 and proc.stdout.strip() == "args=m --reasoning-parser-plugin %s" % plugin
+    plugin.write_text("print('changed under you')\n")
+    proc = launch()
+    assert proc.returncode == 78 and "args=" not in proc.stdout
+    assert "%s is missing or differs from its sha256 in vllm_code_pins" % plugin in proc.stderr
+    plugin.unlink()
+    assert launch().returncode == 78
+    assert commands.launch(["vllm", "serve", "m"]) == [commands.LAUNCHER, "m"]  # no pin, the launcher as before
+    assert code.launcher_args(pins) == ["--dgx-spark-pin=%s:%s" % (pins[0]["sha256"], plugin)]
