@@ -31,9 +31,15 @@ options:
   firewall:
     description:
       - The plan's firewall of this node (C(plan.nodes[<node>].firewall)), its C(files) (the ruleset, then the unit) and
-        C(wants) (the boot link).
+        C(wants) (the boot link), C(table) and C(record) (where the loaded table's listing is recorded).
     type: dict
     required: true
+  reload:
+    description:
+      - Load the table even when no file changed (the probe found the live table missing, changed or unrecorded, as
+        module_utils/node/firewall_state.py says). After every load, the table's listing is recorded for the next probe.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -66,10 +72,11 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(firewall=dict(type="dict", required=True)), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(firewall=dict(type="dict", required=True), reload=dict(type="bool", default=False)),
+                           supports_check_mode=True)
     planned = module.params["firewall"]
     before = read_text(planned["files"][0]["path"])
-    written, linked, loaded, problem = firewall.apply(planned, lambda argv: run(module, argv), module.check_mode)
+    written, linked, loaded, problem = firewall.apply(planned, lambda argv: run(module, argv), module.check_mode, module.params["reload"])
     result = dict(changed=bool(written or linked or loaded), written=written, linked=linked, loaded=loaded)
     if module._diff and result["changed"]:
         result["diff"] = dict(before=before or "", after=planned["files"][0]["content"], before_header=planned["files"][0]["path"],

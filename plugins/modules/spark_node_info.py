@@ -103,6 +103,11 @@ options:
   kept_reference:
     description: The reference filter of the cluster's kept image tags; RV(kept_images) lists the tags on this node.
     type: str
+  firewall:
+    description:
+      - The cluster's firewall table on the node (C(table), in family C(inet)) and the record of the one serve.yml
+        loaded (C(record)); RV(firewall) says whether the live table is still that one. Nothing else reads it.
+    type: dict
   devices:
     description:
       - Host paths the containers get with C(--device) (a Spark's C(/dev/infiniband)); RV(devices) lists the device nodes
@@ -220,6 +225,12 @@ supervisor_running:
   description: Whether the supervisor of O(supervisor) runs; null without O(supervisor).
   type: bool
   returned: always
+firewall:
+  description:
+    - The live table against the record of O(firewall) (module_utils/node/firewall_state.py) C(loaded), C(changed),
+      C(missing) or C(unrecorded); null without O(firewall).
+  type: str
+  returned: always
 kept_images:
   description: The image tags matching O(kept_reference) on this node (C(repository:tag)); null without it or without Docker.
   type: list
@@ -285,6 +296,7 @@ DEPLOYMENT_OPTIONS = dict(
     records=dict(type="list", elements="path", default=[]),
     supervisor=dict(type="dict"),
     kept_reference=dict(type="str"),
+    firewall=dict(type="dict"),
     devices=dict(type="list", elements="path", default=[]),
     ray_container=dict(type="str"),
     resolve=dict(type="str"),

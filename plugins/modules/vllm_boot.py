@@ -131,6 +131,12 @@ next_boot:
   description: What the node does at its next boot.
   returned: always
   type: dict
+firewall:
+  description:
+    - With O(state=probed) and the firewall on, the live table against the record of the one serve.yml loaded
+      (module_utils/node/firewall_state.py) C(loaded), C(changed), C(missing) or C(unrecorded).
+  returned: when O(state=probed) and the boot names a firewall
+  type: str
 """
 
 import json
@@ -138,7 +144,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import kept_image
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, kept_image
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text, run
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor_control import Supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
@@ -194,6 +200,8 @@ def main():
             config = None
         at_boot = os.path.islink(where["wants"])
     result["next_boot"] = boot.next_boot(config, at_boot, status)
+    if state == "probed" and sup.plan.get("firewall"):  # the live table, read: status.yml names a node that lost it
+        result["firewall"] = firewall_state.state(lambda argv: run(module, argv), sup.plan["firewall"]["table"], sup.plan["firewall"]["record"])
     module.exit_json(**result)
 
 

@@ -205,6 +205,31 @@ def test_ray_ports_answer_only_the_clusters_nodes_and_the_endpoint_only_with_its
     assert tables.count("table inet dgx_spark_vllm_dgx_spark") == 1  # the collection's own, once (Docker's are left alone)
 
 
+def test_a_flushed_firewall_is_named_refuses_every_start_and_the_next_serve_loads_it_alone(client):
+    """nft flush ruleset on a serving head: Ray's ports answer this machine; status.yml names the node, its supervisor
+    refuses to start anything (fail closed), and serve.yml loads the table again with no other change."""
+    saved = node_docker_exec("sim-head", ["iptables-save"])  # the outer Docker's DNS rules for the node container
+    before = every_container(client)
+    node_docker_exec("sim-head", ["nft", "flush", "ruleset"])
+    # A Spark has no outer Docker: the node container's DNS rules are put back (as iptables-restore would), ours are not.
+    node_docker_exec("sim-head", ["sh", "-c", "printf '%s\\n' \"$0\" | iptables-restore", saved])
+    assert node_docker_exec("sim-head", ["nft", "list", "tables"]).splitlines() == ["table ip nat"]
+    assert connect("10.210.0.10", 6379) == "open"  # the hole is real: Ray answers a non-node
+    rc, out = playbook("status", log="faults-firewall-status")
+    assert rc != 0 and "firewall table missing" in out and "NOT healthy" in out, out[-3000:]
+    refused = supervisor("sim-head", "refused", seconds=30)
+    assert "the firewall table dgx_spark_vllm_dgx_spark is not loaded" in refused["detail"], refused
+    rc, out = playbook("serve", log="faults-firewall-serve")
+    assert rc == 0 and "sim-head: load the firewall table again (missing)" in out, out[-3000:]
+    changed = {h: r["changed"] for h, r in recap(out).items()}
+    assert changed == {"localhost": 0, "sim-head": 1, "sim-worker1": 0}, changed
+    assert every_container(client) == before  # nothing was recreated
+    assert connect("10.210.0.10", 6379) == "refused" and connect("10.210.0.10", 6379, node="sim-worker1") == "open"
+    supervisor("sim-head", "serving", seconds=60)
+    rc, out = playbook("status", log="faults-firewall-status-again")
+    assert rc == 0 and "firewall table" not in out, out[-3000:]
+
+
 def prometheus(path):
     """The head's Prometheus API (it listens on the head's loopback only): the answer's data."""
     code = "import sys,urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9090' + sys.argv[1], timeout=10).read().decode())"

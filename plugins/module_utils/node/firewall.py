@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.firewall import NFT
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.firewall_state import NFT
 
 
-def apply(planned, run, check=False):
-    """Apply the node's firewall ``planned`` (the plan's ``nodes.<host>.firewall``). Returns (written paths, whether
-    the boot link was made, whether the table was loaded, an error message or None)."""
+def apply(planned, run, check=False, reload=False):
+    """Apply the node's firewall ``planned`` (the plan's ``nodes.<host>.firewall``); ``reload``: load the table even
+    when no file changed. After a load, the table's listing is recorded (node/firewall_state.py). Returns (written
+    paths, whether the boot link was made, whether the table was loaded, an error message or None)."""
     rules, unit = planned["files"][0], planned["files"][1]
     stale = [f for f in planned["files"] if read_text(f["path"]) != f["content"]]
     relink = os.path.realpath(planned["wants"]) != os.path.realpath(unit["path"]) or not os.path.islink(planned["wants"])
-    load = bool(stale) or relink
+    load = bool(stale) or relink or reload
     if check or not load:
         return [f["path"] for f in stale], relink, load, None
     for entry in stale:
@@ -33,4 +34,9 @@ def apply(planned, run, check=False):
     rc, out, err = run([NFT, "-f", rules["path"]])
     if rc != 0:
         return [f["path"] for f in stale], relink, False, "%s -f %s failed: %s" % (NFT, rules["path"], (err or out).strip())
+    rc, out, err = run(firewall_state.list_argv(planned["table"]))
+    if rc != 0:
+        return [f["path"] for f in stale], relink, True, "the table %s was loaded, but %s failed: %s" % (
+            planned["table"], " ".join(firewall_state.list_argv(planned["table"])), (err or out).strip())
+    supervisor.write_text(planned["record"], firewall_state.record(planned["table"], out), 0o644)
     return [f["path"] for f in stale], relink, True, None

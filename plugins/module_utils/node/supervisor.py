@@ -33,7 +33,7 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import completion, metrics
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import completion, firewall_state, metrics
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory
@@ -62,6 +62,10 @@ class Ops:
 
     def exists(self, path):
         return os.path.exists(path)
+
+    def firewall(self, table, record):
+        """The firewall table judged against the record of the one serve.yml loaded (node/firewall_state.py)."""
+        return firewall_state.state(lambda argv: self.run(argv, timeout=20), table, record)
 
     def read(self, path):
         with open(path, encoding="utf-8") as handle:
@@ -143,6 +147,9 @@ def driver_state(ops, step):
 def check(step, ops, memo):
     """(true now, what is missing) for one step."""
     kind = step["kind"]
+    if kind == "firewall":
+        found = ops.firewall(step["table"], step["record"])
+        return found == firewall_state.LOADED, firewall_state.why(step["table"], found, step["unit"])
     if kind == "tcp":
         answers = ops.connects(step["host"], step["port"])
         if not answers:
@@ -231,6 +238,8 @@ def look(config, ops, memo):
                     memo["starts"] = {}
                 return ("serving" if memo["completion_ok"] else "failed"), what, what
             return "failed", "completion: " + missing, None
+        if step["kind"] == "firewall":  # fail closed: nothing starts while the ports may answer anyone
+            return "refused", "not starting Ray or vLLM: " + missing, None
         if step["kind"] == "tcp" and memo.get("head_lost") and ops.connects(step["host"], step["port"]):
             memo["head_lost"] = False  # whatever follows, this head is the one to join
             if container_running(ops, step["rejoin"])[0]:

@@ -163,6 +163,7 @@ def node_paths(settings, node, model_id):
         "ring_netplan_copy": state + "/config/ring-netplan.yaml",  # what was confirmed, readable by the probe
         "ring_try": state + "/run/ring-try",
         "firewall_rules": state + "/config/firewall.nft",
+        "firewall_record": state + "/config/firewall-loaded.json",  # the loaded table's listing (node/firewall_state.py)
         "firewall_unit": "%s/%s" % (firewall.UNIT_DIR, firewall.unit_name(settings["cluster_name"])),
         "firewall_wants": "%s/multi-user.target.wants/%s" % (firewall.UNIT_DIR, firewall.unit_name(settings["cluster_name"])),
         "firewall_table": firewall.table_name(settings["cluster_name"]),

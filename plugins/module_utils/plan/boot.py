@@ -35,7 +35,8 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitor
 UNIT_DIR = "/etc/systemd/system"
 PACKAGE = "ansible_collections.dgx_spark.vllm.plugins.module_utils"
 # What the node's copy needs: the daemon and every module it imports, by their place under module_utils.
-LIB_MODULES = ("node.supervisor", "node.supervisor_state", "node.completion", "node.metrics", "node.process_group", "probe.errors", "probe.ray_state",
+LIB_MODULES = ("node.supervisor", "node.supervisor_state", "node.firewall_state",
+               "node.completion", "node.metrics", "node.process_group", "probe.errors", "probe.ray_state",
                "probe.unified_memory", "verify.canary", "verify.endpoint")
 DAEMON = "node.supervisor"
 INTERVAL = 5            # seconds between looks
@@ -111,7 +112,7 @@ def command(where):
 
 def unit(cluster, where, firewall_unit=None):
     """The systemd unit: after Docker (and the firewall's unit, which loads the table before Docker starts)."""
-    after = "docker.service network-online.target" + (" " + firewall_unit if firewall_unit else "")
+    after = "local-fs.target docker.service network-online.target nftables.service" + (" " + firewall_unit if firewall_unit else "")
     return "\n".join([
         "# Written by dgx_spark.vllm for cluster %s; removed by teardown.yml." % cluster,
         "[Unit]",
@@ -142,9 +143,12 @@ def memory_need(memory_plan, node, settings):
             "unaccounted_limit_bytes": limit}
 
 
-def steps(backend, is_head, cluster, containers, serve, node_paths):
-    """The ordered steps of one node."""
+def steps(backend, is_head, cluster, containers, serve, node_paths, firewall=None):
+    """The ordered steps of one node: with the firewall on, its table first (fail closed: nothing starts without it)."""
     result = []
+    if firewall:
+        result.append({"name": "the firewall's table %s is the one serve.yml loaded" % firewall["table"], "kind": "firewall",
+                       "table": firewall["table"], "record": firewall["record"], "unit": firewall["unit_name"]})
     if backend == "ray" and not is_head:
         host, port = cluster["ray_address"].rsplit(":", 1)
         # A worker's Ray stays joined to a head that went away until its raylet gives up (a minute or more): when the
@@ -180,7 +184,8 @@ def plan(settings, backend, node, entry, cluster, firewall_unit=None):
               "status": where["status"], "hold": where["hold"], "verified": where["verified"],
               "memory": memory_need(cluster.get("memory"), node, settings),
               "metrics": metrics_config(settings, node, entry["fabric_ip"]),
-              "steps": steps(backend, entry["is_head"], cluster, entry["containers"], entry.get("serve"), entry["paths"])}
+              "steps": steps(backend, entry["is_head"], cluster, entry["containers"], entry.get("serve"), entry["paths"],
+                             entry.get("firewall"))}
     return {"enabled": bool(settings["boot_start"]), "unit_name": unit_name(settings["cluster_name"]), "paths": where,
             "unit": unit(settings["cluster_name"], where, firewall_unit), "config": config}
 
@@ -193,10 +198,11 @@ def metrics_config(settings, node, address):
             "labels": {"cluster": settings["cluster_name"], "node": node}}
 
 
-def installed(state_dir, cluster):
+def installed(state_dir, cluster, firewall=None):
     """What status.yml and teardown.yml know of a node's supervisor without a profile: where it is (its plan, read
-    from the node, says the rest)."""
-    return {"enabled": None, "unit_name": unit_name(cluster), "paths": paths(state_dir, cluster), "config": None, "unit": None}
+    from the node, says the rest), and the firewall table it needs (status.yml reads it)."""
+    return {"enabled": None, "unit_name": unit_name(cluster), "paths": paths(state_dir, cluster), "config": None, "unit": None,
+            "firewall": firewall}
 
 
 def next_boot(config, enabled, status):

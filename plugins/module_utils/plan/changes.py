@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels, nodes as nodes_check
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import LABEL, container_name, digest
 
@@ -31,13 +32,17 @@ def state_writes(facts, paths, files):
 
 
 def firewall_writes(facts, planned):
-    """The firewall's files whose content differs, and whether its unit must be enabled (its link, read through, holds
-    the unit's content); the table is (re)loaded when either changes (a node not probed gets both)."""
+    """The firewall's files whose content differs, whether its unit must be enabled (its link, read through, holds
+    the unit's content), and why the table must be loaded again although neither changed (``reload``: the live table
+    is missing, changed or unrecorded, node/firewall_state.py; None when it is the one loaded). The table is (re)loaded
+    when any of them says so (a node not probed gets all)."""
     if planned is None:
-        return {"files": [], "enable": False}
+        return {"files": [], "enable": False, "reload": None}
     found = facts.get("state")
+    live = facts.get("firewall")
     return {"files": [f for f in planned["files"] if differs(found, f["path"], f["content"])],
-            "enable": differs(found, planned["wants"], planned["files"][1]["content"])}
+            "enable": differs(found, planned["wants"], planned["files"][1]["content"]),
+            "reload": live if live not in (None, firewall_state.LOADED) else None}
 
 
 def decide_changes(inputs, nodes, cluster, head):
@@ -103,7 +108,8 @@ def decide_changes(inputs, nodes, cluster, head):
     cluster["apply_needed"] = (bool(cluster["changes"]) or launching
                                or any((nodes[n].get("ring") or {}).get("netplan", {}).get("differs") for n in order)
                                or any(nodes[n]["writes"]["folders"] or nodes[n]["writes"]["files"] or nodes[n]["writes"]["firewall"]["files"]
-                                      or nodes[n]["writes"]["firewall"]["enable"] for n in order))
+                                      or nodes[n]["writes"]["firewall"]["enable"] or nodes[n]["writes"]["firewall"]["reload"]
+                                      for n in order))
     # The head's probe read Ray: with every node and GPU joined and nothing to change, the join gate is proven already.
     cluster["join_gate_proven"] = bool(joined and joined["ready"] and not cluster["apply_needed"])
 

@@ -68,6 +68,7 @@ def probe_args(inputs, settings, result, node, paths):
             "records": [paths["last_known_good_file"]] if head else [],
             "supervisor": {"paths": supervisor, "unit_name": boot.unit_name(settings["cluster_name"])},
             "kept_reference": records.kept_reference(settings["cluster_name"]), "devices": device_paths(settings),
+            "firewall": {"table": paths["firewall_table"], "record": paths["firewall_record"]} if settings["firewall"] else None,
             "ray_container": container if head and ray else None, "disk": [paths["state_dir"]],
             "resolve": ((inputs["nodes"].get(node) or {}).get("ansible_host") or node) if head else None}
     return {k: v for k, v in args.items() if v not in (None, "")}
@@ -86,7 +87,9 @@ def cluster_paths(inputs):
     result = {"stage": "paths", "head": head, "nodes_order": order,
               "nodes": {n: {"is_head": n == head, "fabric_ip": str(inputs["nodes"][n].get("fabric_ip")), "paths": paths,
                             "containers": {role: container_name(settings, role, n) for role in ("ray", "vllm")},
-                            "boot": boot.installed(paths["state_dir"], settings["cluster_name"]),
+                            "boot": boot.installed(paths["state_dir"], settings["cluster_name"], {
+                                "table": paths["firewall_table"], "record": paths["firewall_record"],
+                                "unit_name": firewall.unit_name(settings["cluster_name"])} if settings["firewall"] else None),
                             # where teardown.yml copies the node's logs on the controller
                             "logs_dest": "%s/%s" % (logs, n) if logs else None,
                             # what lists this deployment's containers on the node, one JSON object a line (state.yml)

@@ -17,6 +17,7 @@ Docker starts the containers again, so the ports are never open between a reboot
 
 from __future__ import annotations
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.firewall_state import NFT
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring
 
 # Every TCP port Ray opens on a node, pinned (ray start picks random ones otherwise, which no rule could name).
@@ -32,7 +33,6 @@ RAY_PORTS = {
 }
 RAY_CLIENT_SERVER_PORT = 10001    # Ray starts its client server on every head and offers no way to turn it off
 UNIT_DIR = "/etc/systemd/system"
-NFT = "/usr/sbin/nft"  # the unit's ExecStart; the probe looks for it
 
 
 def table_name(cluster):
@@ -102,6 +102,8 @@ def unit(cluster, rules_path):
         "[Unit]",
         "Description=dgx_spark.vllm %s: Ray's ports answer only the cluster's nodes" % cluster,
         "DefaultDependencies=no",
+        # nftables.service starts with `flush ruleset` (Debian's /etc/nftables.conf): after it, or the table is gone
+        "After=nftables.service",
         "Before=network-pre.target docker.service shutdown.target",
         "Wants=network-pre.target",
         "Conflicts=shutdown.target",
@@ -137,7 +139,8 @@ def plan(settings, backend, addresses, paths, node=None):
         scraper = settings["monitoring"].get("scraper")
         if scraper and scraper not in addresses:
             addresses.append(scraper)
-    return {"table": table_name(cluster), "ports": ports, "addresses": sorted(addresses),
+    return {"table": table_name(cluster), "ports": ports, "addresses": sorted(addresses), "record": paths["firewall_record"],
+            "unit_name": unit_name(cluster),
             "files": [{"path": paths["firewall_rules"], "content": ruleset(cluster, addresses, ports), "mode": "0644"},
                       {"path": paths["firewall_unit"], "content": unit(cluster, paths["firewall_rules"]), "mode": "0644"}],
             "wants": paths["firewall_wants"]}

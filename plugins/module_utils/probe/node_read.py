@@ -13,7 +13,7 @@ node's (memory, RoCE, Docker, ports, interfaces) once. Each deployment's facts a
 
 from __future__ import annotations
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg, supervisor_state
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, process_group as pg, supervisor_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import Batch, collect, start
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.unified_memory import APPS_QUERY
@@ -21,7 +21,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.unified_memor
 # What a deployment's read takes (the module's options of the same names); the rest is the node's.
 PER_DEPLOYMENT = ("gpu_memory_utilization", "image", "read_image", "image_cache_dir", "gpus", "containers", "serve_container",
                   "serve_state_file", "serve_state_file_host", "models_dir", "model", "revision", "ray_container", "paths", "records", "supervisor",
-                  "kept_reference", "devices", "resolve", "disk")
+                  "kept_reference", "devices", "resolve", "disk", "firewall")
 
 
 def docker_ps_argv(docker):
@@ -59,6 +59,8 @@ def up_front(specs, docker, smi):
             argvs.append(env_argv(docker, spec["containers"]))
         if spec.get("serve_container") and not spec.get("serve_state_file_host"):
             argvs.append(pg.read_argv(docker, spec["serve_container"], spec.get("serve_state_file") or SERVE_STATE_FILE))
+        if spec.get("firewall"):
+            argvs.append(firewall_state.list_argv(spec["firewall"]["table"]))
     return argvs
 
 
@@ -83,6 +85,9 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
         facts.update(state=node_probe.state(spec.get("paths") or []), records=node_probe.records(spec.get("records") or []),
                      devices=node_probe.devices(spec.get("devices") or []),
                      resolved=node_probe.resolve(spec["resolve"]) if spec.get("resolve") else None)
+        # The live table against the record of the one serve.yml loaded: loaded, changed, missing or unrecorded.
+        facts["firewall"] = (firewall_state.state(batch, spec["firewall"]["table"], spec["firewall"]["record"])
+                             if spec.get("firewall") else None)
         supervisor = spec.get("supervisor")
         facts["supervisor_running"] = (supervisor_state.supervisor_running(supervisor["paths"], supervisor["unit_name"], batch)
                                        if supervisor else None)

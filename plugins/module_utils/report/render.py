@@ -123,7 +123,9 @@ def deployment(plan):
             serve = ["%s: %s vLLM" % (n, "stop, then start" if nodes[n]["serve"].get("stop_first") else nodes[n]["serve"]["change"])
                      for n in plan.get("nodes_order", [])
                      if n in nodes and (nodes[n].get("serve") or {}).get("change", "none") != "none"]
-            lines.append("Changes: %s" % ("; ".join(cluster["changes"] + serve) or "none, every container and vLLM run as planned"))
+            firewall = ["%s: load the firewall table again (%s)" % (n, nodes[n]["writes"]["firewall"]["reload"])
+                        for n in plan.get("nodes_order", []) if n in nodes and ((nodes[n].get("writes") or {}).get("firewall") or {}).get("reload")]
+            lines.append("Changes: %s" % ("; ".join(cluster["changes"] + serve + firewall) or "none, every container and vLLM run as planned"))
             lines += ["Environment drift: %s" % drift for drift in cluster.get("env_drift") or []]
             if cluster.get("join_gate_proven"):
                 lines.append("Join gate: every node and GPU has joined Ray (read by the head's probe)")

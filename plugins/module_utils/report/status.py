@@ -28,6 +28,8 @@ def deployment(nodes, ray=None, endpoint=None):
             problems.append("nothing runs")
         if state and ip not in alive:
             problems.append("missing from the Ray cluster")
+        if node.get("firewall") not in (None, "loaded"):  # read on the node (node/firewall_state.py)
+            problems.append("firewall table %s" % node["firewall"])
         boot = node.get("boot")
         if boot:
             parts.append("next boot: %s" % boot["next_boot"])
@@ -80,7 +82,8 @@ def node(entry):
             rows.append(json.loads(line))
         except ValueError:
             continue
-    return {"fabric_ip": ip, "reachable": reachable, "containers": rows, "boot": probed.get("next_boot")}
+    return {"fabric_ip": ip, "reachable": reachable, "containers": rows, "boot": probed.get("next_boot"),
+            "firewall": probed.get("firewall")}
 
 
 def report(states, gateway=None):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot, deployment, profiles
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canary
@@ -27,13 +27,19 @@ def test_each_node_gets_its_steps_in_order_from_the_plan(tmp_path):
     head, worker = made["nodes_order"]
     cluster = made["cluster"]
     worker_steps = made["nodes"][worker]["boot"]["config"]["steps"]
-    assert [s["kind"] for s in worker_steps] == ["tcp", "container"]
+    assert [s["kind"] for s in worker_steps] == ["firewall", "tcp", "container"]
+    # fail closed: the firewall's table first on every node, nothing starts without it
+    assert worker_steps[0] == {"name": "the firewall's table dgx_spark_vllm_dgx_spark is the one serve.yml loaded", "kind": "firewall",
+                               "table": "dgx_spark_vllm_dgx_spark", "record": made["nodes"][worker]["paths"]["firewall_record"],
+                               "unit": "dgx-spark-vllm-firewall-dgx-spark.service"}
+    worker_steps = worker_steps[1:]
     assert worker_steps[0]["rejoin"] == made["nodes"][worker]["containers"][0]["name"]
     assert (worker_steps[0]["host"], worker_steps[0]["port"]) == (cluster["head_ip"], 6379)
     assert worker_steps[1]["container"] == made["nodes"][worker]["containers"][0]["name"] and worker_steps[1]["check_memory"]
     head_boot = made["nodes"][head]["boot"]
     steps = head_boot["config"]["steps"]
-    assert [s["kind"] for s in steps] == ["container", "join", "driver", "health", "completion"]
+    assert [s["kind"] for s in steps] == ["firewall", "container", "join", "driver", "health", "completion"]
+    steps = steps[1:]
     assert steps[1]["expected_gpus"] == cluster["expected_ray_gpus"] == 2 and steps[1]["expected_ips"] == cluster["expected_ips"]
     serve = made["nodes"][head]["serve"]
     # the driver the supervisor starts is the one serve.yml starts, under the same hash: a later serve.yml changes nothing
@@ -54,7 +60,7 @@ def test_the_unit_starts_after_docker_and_the_firewall_and_runs_the_copied_code(
     assert node["paths"]["unit"] == "/etc/systemd/system/dgx-spark-vllm-serve-dgx-spark.service"
     assert node["paths"]["wants"] == "/etc/systemd/system/multi-user.target.wants/dgx-spark-vllm-serve-dgx-spark.service"
     lines = node["unit"].splitlines()
-    assert "After=docker.service network-online.target dgx-spark-vllm-firewall-dgx-spark.service" in lines
+    assert "After=local-fs.target docker.service network-online.target nftables.service dgx-spark-vllm-firewall-dgx-spark.service" in lines
     exec_start = [line for line in lines if line.startswith("ExecStart=")][0]
     assert exec_start.split("=", 1)[1].split() == ["/usr/bin/env", "PYTHONPATH=" + node["paths"]["lib"], "python3", "-m",
                                                    "ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor", node["paths"]["config"]]
@@ -65,7 +71,7 @@ def test_one_variable_turns_it_off(tmp_path):
     made = plan(tmp_path, boot_start=False, firewall=False)
     node = made["nodes"][made["head"]]["boot"]
     assert node["enabled"] is False
-    assert "After=docker.service network-online.target" in node["unit"].splitlines()
+    assert "After=local-fs.target docker.service network-online.target nftables.service" in node["unit"].splitlines()
     assert boot.next_boot(node["config"], False, None)["next_boot"].startswith("nothing")
 
 
@@ -448,3 +454,36 @@ def test_a_new_vllm_under_the_process_group_number_of_one_already_asked_is_asked
     node.read_started = 5.0  # vLLM started again in a new container: process group 7 again
     state, detail, did = supervisor.look(head_config(), node, memo)
     assert state == "serving" and node.asked == 2
+
+
+def test_without_its_firewall_table_the_node_starts_nothing_and_says_why():
+    """Fail closed: a table missing (nft flush ruleset, nftables.service restarted) or changed by hand refuses every
+    start, naming the table and the fix; once it is loaded as recorded, the node starts as it would."""
+    listing = "table inet dgx_spark_vllm_lab {\n}\n"
+
+    class Firewalled(FakeNode):
+        table = None
+
+        def run(self, argv, data=None, timeout=60):
+            if argv[1] == "list":
+                self.calls.append(list(argv))
+                return (0, self.table, "") if self.table is not None else (1, "", "Error: No such file or directory")
+            return FakeNode.run(self, argv, data, timeout)
+
+        def firewall(self, table, record):
+            return firewall_state.judge(*self.run(firewall_state.list_argv(table))[:2], json.loads(self.files.get(record, "null")))
+
+    node = Firewalled(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt"), "/state/secrets/key": "sk-test\n",
+                             "/state/config/firewall-loaded.json": firewall_state.record("dgx_spark_vllm_lab", listing)})
+    config = head_config()
+    config["steps"].insert(0, {"name": "the firewall's table", "kind": "firewall", "table": "dgx_spark_vllm_lab",
+                               "record": "/state/config/firewall-loaded.json", "unit": "dgx-spark-vllm-firewall-lab.service"})
+    state, detail, did = supervisor.look(config, node, {})
+    assert (state, did) == ("refused", None)
+    assert detail == ("not starting Ray or vLLM: the firewall table dgx_spark_vllm_lab is not loaded: Ray's and vLLM's ports may "
+                      "answer anyone. Run serve.yml (it loads the table again), or systemctl restart dgx-spark-vllm-firewall-lab.service")
+    node.table = listing + "# a rule added by hand\n"
+    assert "differs from the one serve.yml loaded" in supervisor.look(config, node, {})[1]
+    assert not any(c[1] in ("start", "restart") or c[:3] == ["docker", "exec", "-d"] for c in node.calls)
+    node.table = listing
+    assert supervisor.look(config, node, {}) == ("starting", "container head runs", "started container head")

@@ -500,15 +500,19 @@ def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     # vLLM starts (nothing runs yet): the memory each node has now is its baseline for teardown (fact 3)
     assert json.loads(baseline(head)["content"])["mem_available_bytes"] == spark_inputs(m25, tmp_path)["nodes"]["spark1"][
         "memory"]["mem_available_bytes"]
-    assert head["writes"]["firewall"] == {"files": head["firewall"]["files"], "enable": True}
+    assert head["writes"]["firewall"] == {"files": head["firewall"]["files"], "enable": True, "reload": None}
     inputs = spark_inputs(m25, tmp_path / "b")
     found = written(head)
     inputs["nodes"]["spark1"]["state"] = found
     again = deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]
     assert again == {"folders": [], "files": [baseline(head)],  # vLLM still starts: a new baseline
-                     "firewall": {"files": [], "enable": False}}
+                     "firewall": {"files": [], "enable": False, "reload": None}}
+    for live in ("missing", "changed", "unrecorded"):  # nft flush ruleset, a hand edit: the files hold, the table does not
+        inputs["nodes"]["spark1"]["firewall"] = live
+        assert deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]["firewall"] == {"files": [], "enable": False, "reload": live}
+    inputs["nodes"]["spark1"]["firewall"] = "loaded"
     del inputs["nodes"]["spark1"]["state"][head["firewall"]["wants"]]  # the unit was disabled by hand
-    assert deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]["firewall"] == {"files": [], "enable": True}
+    assert deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]["firewall"] == {"files": [], "enable": True, "reload": None}
     inputs["nodes"]["spark1"]["state"] = found
     inputs["nodes"]["spark1"]["state"] = dict(found, **{head["paths"]["launcher"]: "0" * 64})
     assert [f["path"] for f in deployment.plan_deployment(inputs)["nodes"]["spark1"]["writes"]["files"]] == [
