@@ -101,7 +101,7 @@ class ActionModule(ControllerAction):
         digests = {item.get("name"): key_digest(placement.key_file(cluster_key, item.get("name")))
                    for item in listed or [] if isinstance(item, dict) and item.get("name")}
         plan = planner.make_plan(self.inputs(args, task_vars, profile), args["stage"], listed, profiles_of,
-                                 probe_facts(task_vars, args["probe_fact"]), digests, restore)
+                                 probe_facts(task_vars, args["probe_fact"]), digests, restore, args["chosen"])
         plan["errors"] = errors + plan["errors"]
         plan["warnings"] = warnings + plan["warnings"]
         plan["ok"] = not plan["errors"]

@@ -218,11 +218,12 @@ def span(low, high):
     return str(low) if low == high else "%d-%d" % (low, high)
 
 
-def check_memory(entries, plans, findings):
+def check_memory(entries, plans, findings, chosen=None):
     """On a node two or more deployments share, their requests summed against the node's MemAvailable.
 
     Each plan counts on the node's whole MemAvailable. A deployment running unchanged holds its memory already
-    (MemAvailable counts it out), so only the deployments that start are summed. One whose vLLM alone restarts (its
+    (MemAvailable counts it out), so only the deployments that start are summed; a run that acts on one deployment
+    (``chosen``, -e vllm_deployment) starts no other, whatever the others' plans would change. One whose vLLM alone restarts (its
     containers unchanged) is summed whole against the MemAvailable its old pool still holds down: the plan cannot
     tell that pool apart from the others' on the node, so it errs on the side of the OS. Returns each shared node's
     figures."""
@@ -243,7 +244,7 @@ def check_memory(entries, plans, findings):
         available = min(node["mem_available_bytes"] for dummy, node, dummy2 in placed)
         floor = max(f for dummy, dummy2, f in placed)
         starting = [(name, node["requested_bytes"] + node["runtime_bytes"]) for name, node, dummy in placed
-                    if not node["serving_unchanged"]]
+                    if not node["serving_unchanged"] and (not chosen or name == chosen)]
         left = available - sum(b for dummy, b in starting)
         figures[host] = {"deployments": [name for name, dummy, dummy2 in placed], "mem_available_bytes": available,
                          "starting": dict(starting), "left_bytes": left, "headroom_floor_bytes": floor}
@@ -262,12 +263,12 @@ def check_memory(entries, plans, findings):
     return figures
 
 
-def combine(entries, settings, settings_of, plans, findings, gateway_on):
+def combine(entries, settings, settings_of, plans, findings, gateway_on, chosen=None):
     """Across the deployments' plans: ports and memory on shared nodes (the gateway's port among them when it runs, the
     cluster's own vllm_port: the URL clients knew stays theirs), and served names (the gateway routes by name)."""
     gateway_port = [(entries[0]["head"], settings["port"], "the gateway's port (vllm_port)")] if gateway_on else []
     check_ports(entries, settings_of, plans, findings, gateway_port)
-    shared = check_memory(entries, plans, findings)
+    shared = check_memory(entries, plans, findings, chosen)
     names = {}
     for entry in entries:
         model = (plans.get(entry["name"]) or {}).get("model") or {}

@@ -20,7 +20,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.deployment imp
     cluster_paths, finish, plan_deployment)
 
 
-def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, key_digests=None, restore=None):
+def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, key_digests=None, restore=None, chosen=None):
     """The plan: a list of deployments, each planned on its own as if it were the whole cluster (``plan_deployment``),
     then what none of them sees alone: names, ports and memory on the nodes they share (placement.combine), and what
     they share (module_utils/plan/shared.py: the gateway in front of them, one Prometheus). ``listed``:
@@ -28,7 +28,8 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
     deployment's name to its loaded profile (the whole cluster's is ``inputs["profile"]``), ``probes`` each to its
     hosts' probe facts, ``key_digests`` each listed one to a digest of its own vLLM key (placement.key_file), and
     ``restore`` any of them to its recorded deployment (records.restore), planned instead of the inventory's choices for
-    it (upgrade.yml's rollback, recover.yml). ``stage="inventory"`` checks only what needs no probe facts."""
+    it (upgrade.yml's rollback, recover.yml). ``chosen``: the one deployment this run acts on (-e vllm_deployment), the
+    others keeping what they hold. ``stage="inventory"`` checks only what needs no probe facts."""
     settings = normalize_settings(inputs.get("settings"))
     settings["monitoring"] = monitoring.settings(settings.get("monitoring"))[0]
     findings = Findings()
@@ -49,7 +50,8 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
     result = {"stage": stage, "deployments": plans, "deployment_order": [e["name"] for e in entries],
               "head": entries[0]["head"] if entries else None, "shared_nodes": {}, "gateway": None, "monitoring": None}
     if entries and not findings.errors:
-        result.update(placement.combine(entries, settings, settings_of, plans, findings, shared.gateway_on(settings, len(entries))))
+        result.update(placement.combine(entries, settings, settings_of, plans, findings, shared.gateway_on(settings, len(entries)),
+                                        chosen))
     if entries and not findings.errors and stage != "inventory":
         host = entries[0]["head"]
         found = [(probes or {}).get(e["name"], {}).get(host) for e in entries if host in e["hosts"]]

@@ -82,6 +82,20 @@ def test_deployments_that_together_overcommit_a_shared_node_are_refused_with_the
                                        "the others' gpu_memory_utilization"), found
 
 
+def test_a_run_that_acts_on_one_deployment_sums_only_its_start_on_a_shared_node(tmp_path):
+    """upgrade.yml -e vllm_deployment=coder -e vllm_image=<new>: the new image changes every deployment's plan, but the
+    run starts coder alone; chat keeps the pool it holds (MemAvailable counts it out already), so it is not summed."""
+    deployments = copy.deepcopy(TWO)
+    for d in deployments:
+        d["overrides"] = {"gpu_memory_utilization": 0.6}  # each fits alone, not both
+    known = {d["name"]: tiny(s) for d, s in zip(deployments, ("sim-tiny", "sim-tiny-coder"))}
+    plan = planner.make_plan(cluster(tmp_path), listed=copy.deepcopy(deployments), profiles_of=known, chosen="coder")
+    assert plan["ok"], messages(plan)
+    assert list(plan["shared_nodes"]["spark1"]["starting"]) == ["coder"]
+    plan = planner.make_plan(cluster(tmp_path), listed=copy.deepcopy(deployments), profiles_of=known)
+    assert any("together ask for" in m for m in messages(plan))  # every deployment starts: both are summed
+
+
 def test_colliding_ports_and_served_names_are_refused_naming_both(tmp_path):
     deployments = copy.deepcopy(TWO)
     deployments[1]["port"] = 8001
