@@ -216,18 +216,19 @@ def test_a_flushed_firewall_is_named_refuses_every_start_and_the_next_serve_load
     assert node_docker_exec("sim-head", ["nft", "list", "tables"]).splitlines() == ["table ip nat"]
     assert connect("10.210.0.10", 6379) == "open"  # the hole is real: Ray answers a non-node
     rc, out = playbook("status", log="faults-firewall-status")
-    assert rc != 0 and "firewall table missing" in out and "NOT healthy" in out, out[-3000:]
+    flat = " ".join(out.split())
+    assert rc != 0 and "NOT OK: firewall table missing" in flat and "NOT healthy: run playbooks/serve.yml to restore service (sim-head)" in flat, flat[-3000:]
     refused = supervisor("sim-head", "refused", seconds=30)
     assert "the firewall table dgx_spark_vllm_dgx_spark is not loaded" in refused["detail"], refused
     rc, out = playbook("serve", log="faults-firewall-serve")
-    assert rc == 0 and "sim-head: load the firewall table again (missing)" in out, out[-3000:]
+    assert rc == 0 and "sim-head: load the firewall table again (missing)" in " ".join(out.split()), out[-3000:]
     changed = {h: r["changed"] for h, r in recap(out).items()}
     assert changed == {"localhost": 0, "sim-head": 1, "sim-worker1": 0}, changed
     assert every_container(client) == before  # nothing was recreated
     assert connect("10.210.0.10", 6379) == "refused" and connect("10.210.0.10", 6379, node="sim-worker1") == "open"
     supervisor("sim-head", "serving", seconds=60)
     rc, out = playbook("status", log="faults-firewall-status-again")
-    assert rc == 0 and "firewall table" not in out, out[-3000:]
+    assert rc == 0 and "NOT OK" not in out and "firewall table" not in " ".join(out.split()), out[-3000:]
 
 
 def prometheus(path):
