@@ -147,7 +147,7 @@ def steps(backend, is_head, cluster, containers, serve, node_paths, firewall=Non
     """The ordered steps of one node: with the firewall on, its table first (fail closed: nothing starts without it)."""
     result = []
     if firewall:
-        result.append({"name": "the firewall's table %s is the one serve.yml loaded" % firewall["table"], "kind": "firewall",
+        result.append({"name": "the firewall table %s is the one serve.yml loaded" % firewall["table"], "kind": "firewall",
                        "table": firewall["table"], "record": firewall["record"], "unit": firewall["unit_name"]})
     if backend == "ray" and not is_head:
         host, port = cluster["ray_address"].rsplit(":", 1)

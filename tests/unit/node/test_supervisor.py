@@ -29,7 +29,7 @@ def test_each_node_gets_its_steps_in_order_from_the_plan(tmp_path):
     worker_steps = made["nodes"][worker]["boot"]["config"]["steps"]
     assert [s["kind"] for s in worker_steps] == ["firewall", "tcp", "container"]
     # fail closed: the firewall's table first on every node, nothing starts without it
-    assert worker_steps[0] == {"name": "the firewall's table dgx_spark_vllm_dgx_spark is the one serve.yml loaded", "kind": "firewall",
+    assert worker_steps[0] == {"name": "the firewall table dgx_spark_vllm_dgx_spark is the one serve.yml loaded", "kind": "firewall",
                                "table": "dgx_spark_vllm_dgx_spark", "record": made["nodes"][worker]["paths"]["firewall_record"],
                                "unit": "dgx-spark-vllm-firewall-dgx-spark.service"}
     worker_steps = worker_steps[1:]
