@@ -228,7 +228,8 @@ def test_a_flushed_firewall_is_named_refuses_every_start_and_the_next_serve_load
     assert connect("10.210.0.10", 6379) == "refused" and connect("10.210.0.10", 6379, node="sim-worker1") == "open"
     supervisor("sim-head", "serving", seconds=60)
     rc, out = playbook("status", log="faults-firewall-status-again")
-    assert rc == 0 and "NOT OK" not in out and "firewall table" not in " ".join(out.split()), out[-3000:]
+    flat = " ".join(out.split())
+    assert rc == 0 and "NOT OK" not in flat and "firewall table missing" not in flat, flat[-3000:]
 
 
 def prometheus(path):
