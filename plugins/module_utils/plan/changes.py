@@ -114,6 +114,18 @@ def decide_changes(inputs, nodes, cluster, head):
     cluster["join_gate_proven"] = bool(joined and joined["ready"] and not cluster["apply_needed"])
 
 
+def restore_steps(result, name, backend):
+    """What node ``name`` still does in a run that changes no container (tasks/unchanged.yml runs tasks/restore.yml only
+    where this is not empty): "firewall", its live table loaded again (missing or changed); "image", a lost image placed
+    (or the image built); "ring", its ring's links proven; "gate", Ray's join gate, unless the head's probe proved it."""
+    node, cluster = result["nodes"][name], result["cluster"]
+    steps = {"firewall": ((node.get("writes") or {}).get("firewall") or {}).get("reload") is not None,
+             "image": bool(cluster.get("image_build") or result.get("image_missing_on")),
+             "ring": node.get("ring") is not None,
+             "gate": backend == "ray" and not cluster.get("join_gate_proven")}
+    return [step for step in ("firewall", "image", "ring", "gate") if steps[step]]
+
+
 def monitoring_change(planned, head_facts):
     """What the monitoring role does on the head: nothing when Prometheus runs with the planned hash (its files are in
     the hash), apply, or remove the container of ours that monitoring off no longer wants."""

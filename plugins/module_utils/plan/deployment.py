@@ -182,6 +182,8 @@ def plan_deployment(inputs, stage="full"):
     nodes_check.check_devices(order, inputs["nodes"], device_paths(settings), findings)
     result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])
     result.update(cluster=cluster, deviations=profile.get("deviations") or [])
+    for name in order:
+        result["nodes"][name]["restore"] = changes.restore_steps(result, name, inputs["backend"])
     result = finish(result, findings, inputs)  # the extra flags and env the record holds, when the plan is good
     cluster["recorded"] = (inputs["nodes"][head].get("records") or {}).get(result["nodes"][head]["paths"]["last_known_good_file"])
     cluster["commit"] = records.commit_changes(result, {n: inputs["nodes"][n] for n in order})

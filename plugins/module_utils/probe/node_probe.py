@@ -199,6 +199,13 @@ def container_env(run, names, docker="docker"):
     return found
 
 
+def serving_argvs(container, docker="docker", host_file=None):
+    """What :func:`serving` will run that is known before it runs: the liveness check of the process group its state
+    file on the node names (``host_file``), so that a probe starts it with its other commands (node/command.py Batch)."""
+    state = pg.parse_state(read_small(host_file)) if host_file else None
+    return [pg.alive_argv(docker, container, state["pgid"])] if state else []
+
+
 def serving(run, container, state_file, docker="docker", host_file=None):
     """vLLM's process group in ``container`` as the vllm_process module left it: {running, config_hash, pgid}. Its state
     file is read on the node where the container's folder is (``host_file``: no exec for it), else inside."""

@@ -59,6 +59,8 @@ def up_front(specs, docker, smi):
             argvs.append(env_argv(docker, spec["containers"]))
         if spec.get("serve_container") and not spec.get("serve_state_file_host"):
             argvs.append(pg.read_argv(docker, spec["serve_container"], spec.get("serve_state_file") or SERVE_STATE_FILE))
+        elif spec.get("serve_container"):
+            argvs += node_probe.serving_argvs(spec["serve_container"], docker, spec["serve_state_file_host"])
         if spec.get("firewall"):
             argvs.append(firewall_state.list_argv(spec["firewall"]["table"]))
     return argvs

@@ -443,6 +443,13 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     text = render.deployment(healthy)
     assert "Changes: none, every container and vLLM run as planned" in text
     assert "Join gate: every node and GPU has joined Ray (read by the head's probe)" in text
+    # A run that changes nothing restores nothing: tasks/unchanged.yml skips tasks/restore.yml on every node.
+    assert {n: healthy["nodes"][n]["restore"] for n in ("spark1", "spark2")} == {"spark1": [], "spark2": []}
+    flushed = copy.deepcopy(inputs)
+    flushed["nodes"]["spark2"]["firewall"] = "missing"  # nft flush ruleset on the worker: its table alone is loaded again
+    flushed = deployment.plan_deployment(flushed)
+    assert flushed["cluster"]["apply_needed"] is False
+    assert {n: flushed["nodes"][n]["restore"] for n in ("spark1", "spark2")} == {"spark1": [], "spark2": ["firewall"]}
     left = json.loads(captured)
     left["nodes"] = [n for n in left["nodes"] if n["NodeManagerAddress"] != "192.168.100.11"]
     inputs["nodes"]["spark1"]["ray"] = node_probe.ray(0, json.dumps(left), "", "dgx-spark-ray-spark1")
@@ -456,6 +463,7 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     inputs["nodes"]["spark1"]["ray"] = node_probe.ray(1, "", "Error response from daemon: No such container: x", "x")
     unread = deployment.plan_deployment(inputs)
     assert unread["cluster"]["apply_needed"] is False and unread["cluster"]["join_gate_proven"] is False  # the gate task waits
+    assert unread["nodes"]["spark1"]["restore"] == ["gate"] and unread["nodes"]["spark2"]["restore"] == ["gate"]
 
 
 def test_groups_outside_spark_cluster_are_refused(tmp_path, m25):

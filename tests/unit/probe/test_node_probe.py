@@ -22,6 +22,21 @@ def runner(answers):
     return run
 
 
+def test_the_liveness_check_of_a_state_file_on_the_node_starts_with_the_probe_batch(tmp_path):
+    """A state file on the node names the group before the read starts: its check is started with the other commands
+    (node_read.up_front), and serving() is answered from there, not after them."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_read
+    held = tmp_path / "vllm.json"
+    held.write_text(json.dumps({"pgid": 300, "config_hash": "88d591a8ea1107ef"}))
+    spec = {"serve_container": "c", "serve_state_file_host": str(held)}
+    alive = ["docker", "exec", "c", "kill", "-0", "--", "-300"]
+    assert alive in node_read.up_front({"chat": spec}, "docker", None)
+    run = runner([(alive, (0, "", ""))])
+    assert node_probe.serving(run, "c", "/dgx-spark/run/vllm.json", host_file=str(held))["running"] is True
+    assert run.calls == [alive]  # the file was read on the node, not through an exec
+    assert node_probe.serving_argvs("c", "docker", str(tmp_path / "absent.json")) == []  # none held: serving() asks inside
+
+
 def test_docker_info_gives_version_and_runtimes():
     run = runner([(["docker", "info"], (0, read_fixture("docker", "info-sim.json"), ""))])
     assert node_probe.docker_info(run) == {"version": "20.10.24+dfsg1", "root_dir": "/var/lib/docker",
