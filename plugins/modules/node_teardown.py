@@ -168,7 +168,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg, teardown as td
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, process_group as pg, teardown as td
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run, to_file
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor_control import Supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
@@ -265,7 +265,7 @@ def firewall_present(runner, firewall, nft):
     of its boot unit's link, unit and ruleset that exist}."""
     if not firewall:
         return {"table": None, "files": []}
-    listed = nft is not None and runner(td.nft_list_argv(nft, firewall["table"]))[0] == 0
+    listed = nft is not None and runner(firewall_state.list_argv(firewall["table"], nft))[0] == 0
     return {"table": firewall["table"] if listed else None,
             "files": [path for path in firewall.get("files") or [] if os.path.lexists(path)]}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"}
@@ -27,6 +28,34 @@ def read_text(path):
             return handle.read()
     except OSError:
         return None
+
+
+RECORD_BYTES = 1 << 20
+
+
+def read_small(path, limit=RECORD_BYTES):
+    """A small regular file's text, never through a link (the state folder is mounted into the containers: what is there
+    is read as data, with care), or None when it is absent, not a regular file, larger than ``limit`` or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size <= limit:
+                return handle.read(limit).decode("utf-8")
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def read_record(path):
+    """One of the collection's small JSON records on a node (read_small), or None when it is absent, unreadable or
+    not a mapping."""
+    text = read_small(path)
+    try:
+        data = json.loads(text) if text is not None else None
+    except ValueError:
+        data = None
+    return data if isinstance(data, dict) else None
 
 
 def json_text(data):

@@ -17,12 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import command
+
 NFT = "/usr/sbin/nft"
 LOADED = "loaded"
 
 
-def list_argv(table):
-    return [NFT, "list", "table", "inet", table]
+def list_argv(table, nft=NFT):
+    """The collection's own table listed (no other is read)."""
+    return [nft, "list", "table", "inet", table]
 
 
 def digest(listing):
@@ -44,26 +47,10 @@ def judge(rc, listing, recorded):
     return LOADED if recorded["listing_sha256"] == digest(listing) else "changed"
 
 
-def read_record(path):
-    """The record at ``path``, never through a link (the state folder is mounted into the containers), or None."""
-    import os
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return None
-            data = json.loads(handle.read(1 << 16).decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def state(run, table, record_path):
     """This node's table judged (``run(argv)`` returns (rc, out, err))."""
     rc, out, dummy = run(list_argv(table))
-    return judge(rc, out, read_record(record_path))
+    return judge(rc, out, command.read_record(record_path))
 
 
 def why(table, found, unit):

@@ -50,10 +50,6 @@ def not_ours(text):
     return sorted(found)
 
 
-def nft_list_argv(nft, table):
-    return [nft, "list", "table", "inet", table]
-
-
 def nft_delete_argv(nft, table):
     """Only the collection's own table; no other is touched."""
     return [nft, "delete", "table", "inet", table]

@@ -16,7 +16,7 @@ import socket
 import stat
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_record, read_small, read_text
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import image_info as ii, model_files as mf, ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.roce import nccl_choice, read_devices
@@ -237,35 +237,11 @@ def state(paths):
     return found
 
 
-RECORD_BYTES = 1 << 20
-
-
-def read_small(path):
-    """A small regular file's text, never through a link (the state folder is mounted into the containers), or None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if stat.S_ISREG(info.st_mode) and info.st_size <= RECORD_BYTES:
-                return handle.read(RECORD_BYTES).decode("utf-8")
-    except (OSError, ValueError):
-        pass
-    return None
-
-
 def records(paths):
     """The collection's small JSON records on the node ({path: the record, or None when absent, unreadable or not a
     mapping}). Only a regular file of at most RECORD_BYTES is read, never through a link: the state folder is mounted
     into the containers (module_utils/plan/commands.py), so what is there is read as data, with care."""
-    found = {}
-    for path in paths:
-        text = read_small(path)
-        try:
-            data = json.loads(text) if text is not None else None
-        except ValueError:
-            data = None
-        found[path] = data if isinstance(data, dict) else None
-    return found
+    return {path: read_record(path) for path in paths}
 
 
 def devices(paths):
