@@ -109,7 +109,7 @@ def decide_changes(inputs, nodes, cluster, head):
                                or any((nodes[n].get("ring") or {}).get("netplan", {}).get("differs") for n in order)
                                or any(nodes[n]["writes"]["folders"] or nodes[n]["writes"]["files"] or nodes[n]["writes"]["firewall"]["files"]
                                       or nodes[n]["writes"]["firewall"]["enable"] for n in order))
-    # A live table missing or changed is loaded again on its own (tasks/unchanged.yml), or with the apply's fabric step.
+    # A live table missing or changed is loaded again on its own (tasks/restore.yml), or with the apply's fabric step.
     # The head's probe read Ray: with every node and GPU joined and nothing to change, the join gate is proven already.
     cluster["join_gate_proven"] = bool(joined and joined["ready"] and not cluster["apply_needed"])
 

@@ -201,7 +201,8 @@ def container_env(run, names, docker="docker"):
 
 def serving_argvs(container, docker="docker", host_file=None):
     """What :func:`serving` will run that is known before it runs: the liveness check of the process group its state
-    file on the node names (``host_file``), so that a probe starts it with its other commands (node/command.py Batch)."""
+    file on the node names (``host_file``), so that a probe starts it with its other commands (node/command.py Batch).
+    It is started even when the container is gone (a state file left behind): signal 0 changes nothing."""
     state = pg.parse_state(read_small(host_file)) if host_file else None
     return [pg.alive_argv(docker, container, state["pgid"])] if state else []
 
