@@ -6,6 +6,7 @@ leaves the other serving; a plan that over-commits the shared nodes is refused b
 
 import json
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -245,7 +246,13 @@ def test_a_failed_upgrade_of_one_deployment_rolls_back_alone_while_the_other_ans
                                log="models-upgrade-broken", check=False)
         figures = load.figures()
         flat = " ".join(out.split())
-        assert rc != 0 and "vllm: this image is broken on purpose. Rolled back to dgx-spark-sim/runtime:sim" in flat
+        # Back to the image coder served before, by the name its last-known-good record holds: the inventory's tag, or
+        # the kept tag once a recover.yml (an earlier scenario) served it again from that record; the same image ID.
+        back = re.search(r"vllm: this image is broken on purpose\. Rolled back to (\S+) \(([0-9a-f]{12}), sim_tiny_ring\)", flat)
+        assert rc != 0 and back, flat[-3000:]
+        served_id = node_docker("sim-head").images.get("dgx-spark-sim/runtime:sim").id.split(":")[-1][:12]
+        assert back.group(1) in ("dgx-spark-sim/runtime:sim", "dgx-spark-vllm-kept:dgx-spark-coder-" + served_id), back.group(0)
+        assert back.group(2) == served_id, back.group(0)
         assert "canary passed: 5 prompts agree with the reference token for token" in flat  # coder's rollback verified
         assert vllm_pgid("chat") == chat_pgid  # chat was never stopped
         assert {n: i for n, i in containers().items() if "-chat-" in n} == {n: i for n, i in before.items() if "-chat-" in n}
