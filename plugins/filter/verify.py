@@ -20,17 +20,6 @@ def environ_vars(text):
     return parity.parse_environ_dump(text)
 
 
-def started_container_env(host_vars, names):
-    """The environments of the containers a node started in this run, from its registered results of
-    dgx_spark.vllm.container (``names``); a container the plan kept (change none) returns no inspect data."""
-    envs = []
-    for name in names:
-        container = (host_vars.get(name) or {}).get("container") or {}
-        if container.get("Config"):
-            envs.append(parity.parse_env_list(container["Config"].get("Env")))
-    return envs
-
-
 def nccl_transport(text, expect_ib=True, strict=False):
     """The transport NCCL used, from a rank's log: its verdict, the transport and what the log says."""
     return nccl_log.verdict(text, expect_ib=expect_ib, strict=strict)
@@ -51,5 +40,4 @@ class FilterModule:
     """dgx_spark.vllm's verify filters."""
 
     def filters(self):
-        return {"env_parity": env_parity, "environ_vars": environ_vars, "started_container_env": started_container_env,
-                "nccl_transport": nccl_transport, "canary_reference": canary_reference, "canary_verdict": canary_verdict}
+        return {"env_parity": env_parity, "environ_vars": environ_vars, "nccl_transport": nccl_transport, "canary_reference": canary_reference, "canary_verdict": canary_verdict}

@@ -45,7 +45,7 @@ DEFAULT_SETTINGS = {
     "gpus_per_node": 1,
     "ray_port": RAY_PORT,
     "master_port": MASTER_PORT,
-    "ray_ports_offset": 0,              # moves every port Ray pins: another deployment on the node (fleet.py)
+    "ray_ports_offset": 0,              # moves every port Ray pins: another deployment on the node (plan/placement.py)
     "inventory_dir": None,      # the inventory's folder on the controller: its .secrets and .artifacts are beside it
     "api_key_file": None,       # None: <inventory_dir>/.secrets/vllm_api_key, mode 0600
     "artifacts_dir": None,      # the controller's folder for plan.json, summary.json and the logs

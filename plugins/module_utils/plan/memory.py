@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The planner's adapter to the memory plan (memory_plan.py): the GB10's figures, each node's probed memory."""
+"""The planner's adapter to the memory plan (plan/memory_model.py): the GB10's figures, each node's probed memory."""
 
 from __future__ import annotations
 

@@ -98,14 +98,6 @@ def commit_changes(plan, facts):
     return {"needed": bool(reasons), "reasons": reasons}
 
 
-def extra_vars(recorded):
-    """The variables that plan the recorded deployment again (recover.yml sets them)."""
-    result = {"vllm_profile": recorded["profile"], "vllm_backend": recorded["backend"]}
-    result.update({"vllm_" + k: v for k, v in (recorded.get("overrides") or {}).items()})
-    result.update({"vllm_" + k: recorded[k] for k in ("extra_flags", "extra_env") if recorded.get(k)})
-    return result
-
-
 def restore(recorded):
     """What the preflight role plans instead of the inventory's choices (its ``preflight_restore``), so that the
     recorded deployment is planned again whatever ``-e`` says: upgrade.yml's rollback runs with the new image given

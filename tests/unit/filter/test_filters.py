@@ -18,7 +18,7 @@ FILES = (bench, gateway, host_guard, model, records, ring, serve, state, verify)
 def test_every_filter_is_registered_once_and_documented_for_ansible_doc():
     names = [n for f in FILES for n in f.FilterModule().filters()]
     assert len(names) == len(set(names)) and set(names) == {
-        "env_parity", "environ_vars", "started_container_env", "nccl_transport", "canary_reference", "canary_verdict",
+        "env_parity", "environ_vars", "nccl_transport", "canary_reference", "canary_verdict",
         "node_state", "status_report", "recover_decision", "recover_refusal",
         "last_known_good_record", "deployment_restore", "upgrade_change", "upgrade_failure_line",
         "upgrade_report", "bench_sweep", "bench_rows", "human_bytes", "rsync_summary",
@@ -35,12 +35,6 @@ def test_every_filter_is_registered_once_and_documented_for_ansible_doc():
                             capture_output=True, text=True, check=True, cwd=ROOT,
                             env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))).stdout
     assert {n.split(".")[-1] for n in json.loads(listed)} == set(names)
-
-
-def test_started_container_env_reads_what_docker_container_returned_and_skips_kept_ones():
-    host = {"head_result": {"changed": True, "container": {"Config": {"Env": ["A=1", "B=2"]}}},
-            "kept_result": {"changed": False, "change": "none"}}
-    assert verify.started_container_env(host, ["head_result", "kept_result", "absent"]) == [{"A": "1", "B": "2"}]
 
 
 def test_env_parity_names_the_variable_the_value_and_the_plan():

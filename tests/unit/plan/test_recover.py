@@ -80,7 +80,7 @@ def test_the_last_known_good_record_plans_the_same_deployment_again(tmp_path):
     recorded = records.record(plan, None, 1795500000.0)
     assert recorded["image_id"] == plan["cluster"]["image_id"] and recorded["profile"] == "minimax_m25_nvfp4_ep"
     assert recorded["serve_config_hash"] == plan["cluster"]["serve_config_hash"] and recorded["nodes"] == plan["nodes_order"]
-    assert records.extra_vars(recorded) == {"vllm_profile": "minimax_m25_nvfp4_ep", "vllm_backend": "ray", "vllm_max_model_len": 65536}
+    assert records.restore(recorded)["overrides"] == {"max_model_len": 65536}  # what was set, not the None
     assert records.same(recorded, plan)
     inputs["overrides"] = {"max_model_len": 32768}
     assert not records.same(recorded, deployment.plan_deployment(inputs))  # another configuration of vLLM
