@@ -40,4 +40,5 @@ class FilterModule:
     """dgx_spark.vllm's verify filters."""
 
     def filters(self):
-        return {"env_parity": env_parity, "environ_vars": environ_vars, "nccl_transport": nccl_transport, "canary_reference": canary_reference, "canary_verdict": canary_verdict}
+        return {"env_parity": env_parity, "environ_vars": environ_vars, "nccl_transport": nccl_transport,
+                "canary_reference": canary_reference, "canary_verdict": canary_verdict}

@@ -62,6 +62,9 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
     result["reports"] = {"plan": reports(settings)["plan"]}
     result["key_files"] = key_files(settings, entries)
     result["acts"] = acts(result, findings)
+    # The deployments a run only checks (their plan changes no container): serve.yml checks and commits them together.
+    result["unchanged"] = [name for name in result["deployment_order"]
+                           if name in plans and not (plans[name].get("cluster") or {}).get("apply_needed", True)]
     # What the probe reads on each node, for every deployment placed on it, in one call (spark_node_info deployments).
     result["probes"] = {}
     for name in result["deployment_order"]:

@@ -443,6 +443,8 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     text = render.deployment(healthy)
     assert "Changes: none, every container and vLLM run as planned" in text
     assert "Join gate: every node and GPU has joined Ray (read by the head's probe)" in text
+    # serve.yml checks it with the other deployments that need no change (the plan's unchanged), not as a launch.
+    assert planner.make_plan(copy.deepcopy(inputs))["unchanged"] == ["dgx-spark"]
     # A run that changes nothing restores nothing: tasks/unchanged.yml skips tasks/restore.yml on every node.
     assert {n: healthy["nodes"][n]["restore"] for n in ("spark1", "spark2")} == {"spark1": [], "spark2": []}
     flushed = copy.deepcopy(inputs)
@@ -455,6 +457,7 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     inputs["nodes"]["spark1"]["ray"] = node_probe.ray(0, json.dumps(left), "", "dgx-spark-ray-spark1")
     missing = deployment.plan_deployment(copy.deepcopy(inputs))
     assert missing["cluster"]["changes"] == ["spark2: restart dgx-spark-ray-spark2"]
+    assert planner.make_plan(copy.deepcopy(inputs))["unchanged"] == []  # launched, then verified as a launch
     assert not missing["nodes"]["spark2"]["joins_after_launch"]  # restarted before vLLM is launched again
     assert missing["nodes"]["spark1"]["serve"]["change"] == "start" and missing["cluster"]["join_gate_proven"] is False
     # vLLM runs: it is stopped by its process group before the worker's container restarts under its rank (fact 3)

@@ -23,6 +23,7 @@ def test_a_plain_inventory_is_one_deployment_named_after_the_cluster_and_planned
     assert whole["deployment_order"] == ["lab"] and list(whole["deployments"]) == ["lab"]
     assert not whole["gateway"]["enabled"] and whole["gateway"]["change"] == "none"  # present, off: one deployment
     assert whole["shared_nodes"] == {} and whole["head"] == "spark1"
+    assert whole["unchanged"] == []  # nothing runs yet: it is launched, not only checked
     assert whole["deployments"]["lab"] == deployment.plan_deployment(copy.deepcopy(inputs))  # the same plan, field for field
     one = whole["deployments"]["lab"]
     assert one["nodes"]["spark1"]["containers"][0]["name"] == "lab-ray-spark1"  # the names and ports it always had
