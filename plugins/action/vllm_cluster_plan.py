@@ -163,6 +163,8 @@ class ActionModule(ControllerAction):
             "image_info": None,
             # A new API key restarts vLLM (it reads the key at launch); the plan holds a digest of it, never the key.
             "api_key_digest": key_digest(normalize_settings(args["settings"])["api_key_file"]),
+            # A new Ray token restarts Ray on every node (each reads it when it starts).
+            "ray_token_digest": key_digest(normalize_settings(args["settings"])["ray_token_file"]),
         }
 
     def answer(self, result, args, plan, text):

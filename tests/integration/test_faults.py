@@ -205,6 +205,48 @@ def test_ray_ports_answer_only_the_clusters_nodes_and_the_endpoint_only_with_its
     assert tables.count("table inet dgx_spark_vllm_dgx_spark") == 1  # the collection's own, once (Docker's are left alone)
 
 
+# Asks Ray's GCS for its node table over gRPC, as any client would: with no token, a wrong one, or the one in the file
+# argv[3] names. Prints the gRPC status (OK or the error's code).
+ASK_GCS = """
+import sys, grpc
+from ray.core.generated import gcs_service_pb2 as svc
+token = {"none": None, "wrong": "not-the-token"}.get(sys.argv[2], None)
+if sys.argv[2] == "file":
+    token = open(sys.argv[3]).read().strip()
+ask = grpc.insecure_channel(sys.argv[1]).unary_unary("/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
+    request_serializer=svc.GetAllNodeInfoRequest.SerializeToString, response_deserializer=svc.GetAllNodeInfoReply.FromString)
+try:
+    reply = ask(svc.GetAllNodeInfoRequest(), timeout=10, metadata=(("authorization", "Bearer " + token),) if token else None)
+    print("OK %d" % len(reply.node_info_list))
+except grpc.RpcError as exc:
+    print(exc.code().name)
+"""
+
+
+def test_ray_refuses_a_client_without_its_token_even_on_the_nodes_loopback(client):
+    """The firewall admits the node itself; Ray's token is what keeps out a process on it: a container started from the
+    cluster's image on the head's network, without the token, is refused by Ray's GCS at the head's loopback and
+    fabric addresses; with the token the node holds (0600, root's) it is answered."""
+    image = head().containers.get(HEAD_RAY).attrs["Config"]["Image"]
+    mode = head().containers.get(HEAD_RAY).attrs["HostConfig"]["NetworkMode"]
+    token = "/var/lib/dgx-spark-vllm/dgx-spark/secrets/ray_auth_token"
+    assert node_docker_exec("sim-head", ["stat", "-c", "%a %U", token]) == "600 root"
+
+    def ask(address, how, mount=False):
+        volumes = {token: {"bind": "/run/token", "mode": "ro"}} if mount else {}
+        return head().containers.run(image, ["python3", "-c", ASK_GCS, address, how, "/run/token"], network_mode=mode, remove=True,
+                                     volumes=volumes).decode().strip()
+
+    for address in ("127.0.0.1:6379", "10.210.0.10:6379"):
+        assert ask(address, "none") == "UNAUTHENTICATED", address
+        assert ask(address, "wrong") == "UNAUTHENTICATED", address
+    assert ask("127.0.0.1:6379", "file", mount=True) == "OK 2"  # the control: both nodes, with the token
+    secret = node_docker_exec("sim-head", ["cat", token])
+    for name in (HEAD_RAY, WORKER_RAY):  # each Ray asks for it; only its path is in the container's environment
+        attrs = (head() if name == HEAD_RAY else worker()).containers.get(name).attrs
+        assert "RAY_AUTH_MODE=token" in attrs["Config"]["Env"] and secret not in json.dumps(attrs), name
+
+
 def test_a_flushed_firewall_is_named_refuses_every_start_and_the_next_serve_loads_it_alone(client):
     """nft flush ruleset on a serving head: Ray's ports answer this machine; status.yml names the node, its supervisor
     refuses to start anything (fail closed), and serve.yml loads the table again with no other change."""

@@ -1,7 +1,8 @@
 """No secret leaks, at -vvv: serve.yml (which fetches a gated model on the head with the token and copies it to the
 worker with the rsync secret), model.yml and teardown.yml run at -vvv with a known API key, Hugging Face token and
-rsync secret. Every byte they print, every file under the inventory's .artifacts, `docker inspect` of every container
-and `ps` on every node are searched: none of the three appears. Each secret is really used in the same run."""
+rsync secret, and Ray's token made by the run. Every byte they print, every file under the inventory's .artifacts, `docker
+inspect` of every container and `ps` on every node are searched: none of the four appears. Each secret is really used in
+the same run (Ray's nodes join only with the token)."""
 
 import glob
 import json
@@ -60,6 +61,9 @@ def fixture_extra_vars(tmp_path):
 def test_no_secret_appears_in_output_artifacts_containers_or_processes(extra_vars):
     found = []
     rc, out = playbook("serve", extra_vars, log="secrets-serve-vvv")
+    with open(os.path.join(SIM, ".secrets", "ray_auth_token"), encoding="utf-8") as handle:  # made once; Ray's nodes ask for it
+        SECRETS["ray_auth_token"] = handle.read().strip()
+    assert len(SECRETS["ray_auth_token"]) >= 32
     found += leaks(out, "serve.yml -vvv")
     # Every secret was used: the token fetched the gated model, the rsync secret copied it, the key opens the endpoint.
     for node in NODES:

@@ -48,6 +48,7 @@ DEFAULT_SETTINGS = {
     "ray_ports_offset": 0,              # moves every port Ray pins: another deployment on the node (plan/placement.py)
     "inventory_dir": None,      # the inventory's folder on the controller: its .secrets and .artifacts are beside it
     "api_key_file": None,       # None: <inventory_dir>/.secrets/vllm_api_key, mode 0600
+    "ray_token_file": None,     # None: ray_auth_token beside api_key_file, mode 0600: Ray's token (commands.RAY_TOKEN_FILE)
     "artifacts_dir": None,      # the controller's folder for plan.json, summary.json and the logs
     "memory_headroom_floor_gib": None,  # None: the profile's memory.headroom_floor_bytes, else the planner's floor
     "require_nvidia_runtime": None,     # None: required unless simulated
@@ -92,6 +93,8 @@ def normalize_settings(given):
     if settings["inventory_dir"]:  # the controller's copy of the key and its reports, beside the inventory
         settings["api_key_file"] = settings["api_key_file"] or settings["inventory_dir"].rstrip("/") + "/.secrets/vllm_api_key"
         settings["artifacts_dir"] = settings["artifacts_dir"] or settings["inventory_dir"].rstrip("/") + "/.artifacts"
+    if settings["api_key_file"] and not settings["ray_token_file"]:  # made once, beside the clients' key
+        settings["ray_token_file"] = settings["api_key_file"].rsplit("/", 1)[0] + "/ray_auth_token" if "/" in settings["api_key_file"] else "ray_auth_token"
     return settings
 
 
@@ -141,6 +144,7 @@ def node_paths(settings, node, model_id):
         "non_carry_over_file": state + "/config/ray_non_carry_over_env_vars.json",
         "launcher": state + "/bin/vllm-serve",
         "api_key_file": state + "/secrets/vllm_api_key",
+        "ray_token_file": state + "/secrets/ray_auth_token",  # every Ray node's (commands.RAY_TOKEN_FILE in its container)
         "baseline_file": state + "/run/baseline.json",
         "last_known_good_file": state + "/config/last-known-good.json",  # serve.yml's record of what last served
         "canary_file": state + "/config/canary-reference.json",          # the canary's reference answers

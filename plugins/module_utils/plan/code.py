@@ -27,6 +27,19 @@ CODE_FLAGS = ("--reasoning-parser-plugin", "--tool-parser-plugin", "--logits-pro
               "--worker-cls", "--scheduler-cls")
 # Variables that would put a mount on Python's path, or load native code into every process.
 PATH_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONSTARTUP", "LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH")
+# Variables that open a way around the API key or load Python nothing pins (vLLM 0.32: the development routes; the
+# SageMaker routes of model_hosting_container_standards), or switch off Ray's token authentication, and why.
+OPENING_ENV = {
+    "VLLM_SERVER_DEV_MODE": "opens vLLM's development routes without its key (/collective_rpc runs code in every worker, "
+                            "/sleep, /reset_prefix_cache, /server_info)",
+    "CUSTOM_SCRIPT_FILENAME": "loads a Python file into vLLM's SageMaker routes",
+    "CUSTOM_FASTAPI_PING_HANDLER": "loads a Python handler into vLLM's SageMaker routes",
+    "CUSTOM_FASTAPI_INVOCATION_HANDLER": "loads a Python handler into vLLM's SageMaker routes",
+    "CUSTOM_PRE_PROCESS": "loads a Python hook into vLLM's SageMaker routes",
+    "CUSTOM_POST_PROCESS": "loads a Python hook into vLLM's SageMaker routes",
+    "SAGEMAKER_MODEL_PATH": "names where vLLM's SageMaker routes load Python handlers from",
+    "RAY_AUTH_MODE": "would switch off Ray's token authentication, which the collection turns on",
+}
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_.]*)?$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # transformers' folder for a repository's own code, under the models folder (HF_HOME/modules).
@@ -43,7 +56,7 @@ def values(value):
 
 def check(flags, envs, pins, findings):
     """Refuse the Python ``flags`` (canonical, merged) would load unpinned, and the variables of ``envs`` ([(where,
-    mapping)]) that widen Python's path. Returns the pins the launch checks: [{"path", "sha256"}], sorted by path."""
+    mapping)]) that widen Python's path or open a way around the key (OPENING_ENV). Returns the pins the launch checks: [{"path", "sha256"}], sorted by path."""
     pins = pins or {}
     if not isinstance(pins, dict):
         findings.error("all", None, "vllm_code_pins must map each file's path (as the container sees it) to its sha256")
@@ -77,6 +90,8 @@ def check(flags, envs, pins, findings):
                 findings.error("all", key, "%s sets %s, which would load Python or native code from outside the image "
                                "into every rank, unpinned. Build that code into the image instead; nothing was changed"
                                % (where, key))
+            elif str(key).upper() in OPENING_ENV and env[key] not in (None, ""):
+                findings.error("all", key, "%s sets %s, which %s: remove it; nothing was changed" % (where, key, OPENING_ENV[str(key).upper()]))
     unused = sorted(set(pins) - set(p["path"] for p in used))
     if unused:
         findings.warn("vllm_code_pins names %s, which no flag loads; the launcher checks only the files vLLM loads"

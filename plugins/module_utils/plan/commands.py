@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code, firewall, flags as flag_utils, labels as container_labels
@@ -17,6 +18,13 @@ LAUNCHER = STATE_MOUNT + "/bin/vllm-serve"
 VLLM_LOG = STATE_MOUNT + "/logs/vllm.log"
 VLLM_STATE = STATE_MOUNT + "/run/vllm.json"  # vllm_process's state file in the head's container (its default)
 API_KEY_FILE = STATE_MOUNT + "/secrets/vllm_api_key"
+# Ray's token authentication (Ray 2.52 and later): every gRPC and HTTP port of Ray's but the metrics export asks for the
+# cluster's token, so a process that can reach a port and lacks the token is refused. Turned on by the environment only
+# (RAY_AUTH_MODE; Ray refuses it in system_config), the token read from a file (RAY_AUTH_TOKEN_PATH: never in an
+# environment, an argv or `docker inspect`). With the mode on and no token, `ray start` fails: fail closed.
+RAY_TOKEN_FILE = STATE_MOUNT + "/secrets/ray_auth_token"
+RAY_AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": RAY_TOKEN_FILE}
+RAY_AUTH_SINCE = (2, 52)
 GCS_WAIT_SECONDS = 120  # how long vLLM's Ray driver waits for the head's GCS (serve_command)
 # The launcher runs `vllm serve` with the arguments it is given. The API key is read from a file only root can read,
 # so it never appears on a command line, in `docker inspect` or in a log, and Ray does not carry it to the workers
@@ -109,6 +117,11 @@ def serve_flags(inputs, findings, parallel):
         if inputs["backend"] == "mp" and "--nnodes" not in options:
             findings.error("all", "mp", "backend mp needs vLLM's --nnodes, which %s (vLLM %s) lacks; use vllm_backend: ray or a newer image"
                            % (inputs["settings"].get("image"), image.get("version")))
+        ray_version = image.get("ray_version")
+        if inputs["backend"] == "ray" and ray_version and version_parts(ray_version) < RAY_AUTH_SINCE:
+            findings.error("all", ray_version, "%s has Ray %s, without token authentication (Ray %s and later): any host that reaches "
+                           "Ray's ports could run code on the cluster. Use an image with Ray %s or later, or vllm_backend: mp"
+                           % (inputs["settings"].get("image"), ray_version, ".".join(map(str, RAY_AUTH_SINCE)), ".".join(map(str, RAY_AUTH_SINCE))))
         parsers = image.get("reasoning_parsers")
         name = flags.get("--reasoning-parser")
         if parsers and name and name not in parsers and not flags.get("--reasoning-parser-plugin"):
@@ -120,6 +133,12 @@ def serve_flags(inputs, findings, parallel):
             findings.error("all", name, "tool-call parser %s is not in %s (it has %s)" % (name, inputs["settings"].get("image"), ", ".join(tools)))
     max_len = overrides.get("max_model_len") or vllm.get("max_model_len")
     return flags, (int(max_len) if max_len else None)
+
+
+def version_parts(text):
+    """The leading numbers of a version ("2.60.0rc1" -> (2, 60, 0))."""
+    found = re.match(r"\d+(\.\d+)*", str(text))
+    return tuple(int(part) for part in found.group(0).split(".")) if found else ()
 
 
 def model_revision(inputs):
@@ -202,7 +221,7 @@ def container_spec(inputs, name, role, env, paths, command):
         "name": container_name(settings, role, name),
         "image": settings["image"],
         "command": command,
-        "env": dict(sorted(env.items())),
+        "env": dict(sorted(dict(env, **(RAY_AUTH_ENV if role == "ray" else {})).items())),
         "network_mode": settings["network_mode"].replace("{node}", name),
         "ipc_mode": settings["ipc_mode"],
         "shm_size": container.get("shm_size") or settings["shm_size"],

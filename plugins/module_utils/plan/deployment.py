@@ -218,6 +218,7 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
         "expected_ray_gpus": len(order) * settings["gpus_per_node"] if backend == "ray" else None,
         "expected_ips": [str(inputs["nodes"][n]["fabric_ip"]) for n in order], "head_ip": head_ip,
         "ray_address": "%s:%d" % (head_ip, settings["ray_port"]) if backend == "ray" else None,
+        "ray_token_file": settings["ray_token_file"] if backend == "ray" else None,  # the controller's copy (every node gets it)
         "non_carry_over_env_vars": non_carry, "env_common": dict(sorted(common.items())), "vllm_argv": argv,
         "hash": digest({"image": image.get("id") or settings["image"], "common": common, "backend": backend, "head_ip": head_ip,
                         "parallel": result["parallel"], "settings": {k: settings[k] for k in (
@@ -254,6 +255,8 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     hashed = {"cluster": cluster["hash"], "containers": [dict(spec, image=cluster["image_id"] or spec["image"])]}
     if backend == "mp" and inputs.get("api_key_digest"):  # each rank's vLLM reads the key when its container starts
         hashed["api_key"] = inputs["api_key_digest"]
+    if backend == "ray" and inputs.get("ray_token_digest"):  # each node's Ray reads the token when its container starts
+        hashed["ray_token"] = inputs["ray_token_digest"]
     node_hash = digest(hashed)
     spec["labels"][labels.CONFIG_HASH] = node_hash
     entry = {"rank": rank, "is_head": is_head, "fabric_ip": fabric_ip, "env_common": cluster["env_common"],

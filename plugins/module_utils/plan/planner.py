@@ -15,7 +15,7 @@ finding (host, value, message with the remedy); the play stops before any change
 from __future__ import annotations
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring, nodes as nodes_check, placement, shared
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import Findings, normalize_settings, reports
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import Findings, node_paths, normalize_settings, reports
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.deployment import (
     cluster_paths, finish, plan_deployment)
 
@@ -60,7 +60,7 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
                                            probed, findings)
         result["monitoring"] = shared.watched(entries, plans, settings, inputs, probed, findings)
     result["reports"] = {"plan": reports(settings)["plan"]}
-    result["key_files"] = key_files(settings, entries)
+    result["key_files"] = key_files(settings, entries, plans, settings_of)
     result["acts"] = acts(result, findings)
     # The deployments a run only checks (their plan changes no container): serve.yml checks and commits them together.
     result["unchanged"] = [name for name in result["deployment_order"]
@@ -85,14 +85,21 @@ def acts(result, findings):
             or any((result.get(k) or {}).get("change", "none") != "none" for k in ("gateway", "monitoring")))
 
 
-def key_files(settings, entries):
+def key_files(settings, entries, plans=None, settings_of=None):
     """The controller's key files the preflight role makes before planning (each once, mode 0600, in a 0700 folder):
-    the clients' (``client``; an AWX credential's key is written there), and each listed deployment's own, which only
-    the gateway holds (``generated``: every file made at random when missing)."""
+    the clients' (``client``; an AWX credential's key is written there), each listed deployment's own, which only
+    the gateway holds, and Ray's token, which every Ray node holds (``generated``: every file made at random when
+    missing). ``ray_token``: where the first Ray deployment's head keeps its copy of the token, which a controller
+    without the file (an AWX job's fresh project) takes back before it would make another (a new token restarts Ray)."""
     client = settings["api_key_file"]
     own = [placement.key_file(client, e["name"]) for e in entries if e["listed"]]
+    ray = [settings["ray_token_file"]] if settings.get("ray_token_file") else []
+    holder = next((e for e in entries if ((plans or {}).get(e["name"]) or {}).get("backend") == "ray" and e["head"]), None)
     return {"folder": client.rsplit("/", 1)[0] if client and "/" in client else None, "client": client,
-            "generated": [client] + own if client else []}
+            "generated": ([client] + own if client else []) + ray,
+            "ray_token": {"file": ray[0], "host": holder["head"],
+                          "node_file": node_paths(settings_of[holder["name"]], holder["head"], None)["ray_token_file"]}
+            if ray and holder else None}
 
 
 def paths(inputs, listed=None):

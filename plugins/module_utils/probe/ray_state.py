@@ -9,6 +9,9 @@ that prints ``ray.nodes()`` as JSON (``NodeID``, ``Alive``, ``NodeManagerAddress
 are the keys vLLM itself relies on) and leaves with ``os._exit`` so that no shutdown handshake is
 waited for (0.4 s instead of 1.5 s).
 
+With Ray's token authentication on (the collection's Ray containers: plan/commands.RAY_AUTH_ENV), the script presents
+the token from the file the container's ``RAY_AUTH_TOKEN_PATH`` names, as Ray's own clients do.
+
 It asks the GCS's node table directly (``GcsClient.get_all_node_info``, what ``ray.nodes()`` reads,
 converted as ``ray.nodes()`` converts it): no driver joins the cluster, so a look takes 0.45 s instead
 of 1.35 s, and leaves no driver in Ray's job table. That client is Ray's own, not its public API, so
@@ -46,7 +49,11 @@ try:
             address = handle.read().strip()
     ask = grpc.insecure_channel(address).unary_unary("/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
         request_serializer=svc.GetAllNodeInfoRequest.SerializeToString, response_deserializer=svc.GetAllNodeInfoReply.FromString)
-    reply = ask(svc.GetAllNodeInfoRequest(), timeout=5)
+    token = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if token:
+        with open(token) as handle:
+            token = handle.read().strip()
+    reply = ask(svc.GetAllNodeInfoRequest(), timeout=5, metadata=(("authorization", "Bearer " + token),) if token else None)
     out({"version": importlib.metadata.version("ray"),
          "nodes": [node(n, n.state == gcs_pb2.GcsNodeInfo.ALIVE) for n in reply.node_info_list]})
 except Exception:

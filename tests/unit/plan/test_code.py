@@ -50,6 +50,17 @@ def test_variables_that_widen_pythons_path_are_refused_wherever_given():
     assert all("/models" not in e for e in errors)  # the variable is named, its value is not repeated
 
 
+def test_variables_that_open_a_way_around_the_key_or_load_code_are_refused():
+    envs = [("vllm_extra_env", {name: "1" for name in code.OPENING_ENV}), ("profile p: env", {"VLLM_SERVER_DEV_MODE": "1"}),
+            ("vllm_extra_env", {"CUSTOM_PRE_PROCESS": None})]  # a null takes the profile's out
+    dummy, errors, dummy = checked({}, envs)
+    assert len(errors) == len(code.OPENING_ENV) + 1 and all(e.endswith(": remove it; nothing was changed") for e in errors)
+    for says in ("vllm_extra_env sets VLLM_SERVER_DEV_MODE, which opens vLLM's development routes without its key",
+                 "profile p: env sets VLLM_SERVER_DEV_MODE, which opens", "vllm_extra_env sets CUSTOM_SCRIPT_FILENAME, which loads a Python file",
+                 "vllm_extra_env sets RAY_AUTH_MODE, which would switch off Ray's token authentication"):
+        assert sum(says in e for e in errors) == 1, (says, errors)
+
+
 def test_a_pin_no_flag_uses_is_warned():
     dummy, errors, warned = checked({}, pins={"/models/old.py": SHA})
     assert errors == [] and warned == ["vllm_code_pins names /models/old.py, which no flag loads; the launcher checks only the files vLLM loads"]

@@ -102,3 +102,9 @@ def test_the_launcher_starts_vllm_only_when_every_pinned_file_is_the_one_pinned(
     assert launch().returncode == 78
     assert commands.launch(["vllm", "serve", "m"]) == [commands.LAUNCHER, "m"]  # no pin, the launcher as before
     assert code.launcher_args(pins) == ["--dgx-spark-pin=%s:%s" % (pins[0]["sha256"], plugin)]
+
+
+@pytest.mark.parametrize("text,parts", [("2.60.0", (2, 60, 0)), ("2.52", (2, 52)), ("2.60.0rc1", (2, 60, 0)), ("3.0.0.dev0", (3, 0, 0)),
+                                        ("unknown", ())])
+def test_version_parts(text, parts):
+    assert commands.version_parts(text) == parts

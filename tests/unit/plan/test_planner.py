@@ -177,6 +177,33 @@ def test_mp_with_an_image_without_nnodes(tmp_path, m25):
     assert any("backend mp needs vLLM's --nnodes" in m for m in errors(plan))
 
 
+def test_ray_without_token_authentication_is_refused(tmp_path, m25):
+    """Ray before 2.52 has no token authentication: anyone who reaches its ports runs code on the cluster."""
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["image_info"]["ray_version"] = "2.51.1"
+    assert any("has Ray 2.51.1, without token authentication (Ray 2.52 and later)" in m for m in errors(deployment.plan_deployment(inputs)))
+    inputs = spark_inputs(m25, tmp_path, backend="mp")  # no Ray runs: nothing to authenticate
+    inputs["image_info"]["ray_version"] = "2.51.1"
+    assert deployment.plan_deployment(inputs)["ok"]
+
+
+def test_every_ray_container_asks_for_the_token_and_a_new_token_restarts_ray(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["ray_token_digest"] = "aaaa"
+    plan = deployment.plan_deployment(inputs)
+    assert plan["cluster"]["ray_token_file"] == "inventories/sparks/.secrets/ray_auth_token"  # beside the clients' key
+    for node in plan["nodes"].values():
+        env = node["containers"][0]["env"]
+        assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/dgx-spark/secrets/ray_auth_token"
+        assert node["paths"]["ray_token_file"].endswith("/secrets/ray_auth_token")
+    inputs["ray_token_digest"] = "bbbb"
+    again = deployment.plan_deployment(inputs)
+    assert all(again["nodes"][n]["config_hash"] != plan["nodes"][n]["config_hash"] for n in plan["nodes"])
+    mp = deployment.plan_deployment(spark_inputs(m25, tmp_path, backend="mp"))
+    assert mp["cluster"]["ray_token_file"] is None
+    assert not any(k.startswith("RAY_AUTH") for n in mp["nodes"].values() for k in n["containers"][0]["env"])
+
+
 def test_missing_gid_facts_on_a_node_that_needs_roce(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["nodes"]["spark2"]["roce"] = {"roce_devices": [], "nccl_ib_hca": None, "nccl_gid_index": None}
