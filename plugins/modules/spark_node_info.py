@@ -41,6 +41,12 @@ options:
   gpu_memory_utilization:
     description: The plan's utilization; the memory fact then says whether vLLM fits.
     type: float
+  memory_need:
+    description:
+      - What the memory plan keeps beside vLLM's pool (C(runtime_bytes)) and leaves to the OS (C(floor_bytes); none
+        for no floor). With them, the memory fact's C(fits) and C(fits_after_drop_caches) are the plan's own verdict:
+        page caches are dropped where the plan would refuse the node for memory that dropping gives back.
+    type: dict
   image:
     description: The cluster's image; its ID is read.
     type: str
@@ -281,6 +287,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.image_info im
 
 DEPLOYMENT_OPTIONS = dict(
     gpu_memory_utilization=dict(type="float"),
+    memory_need=dict(type="dict"),
     image=dict(type="str"),
     read_image=dict(type="bool", default=False),
     image_cache_dir=dict(type="path"),

@@ -162,7 +162,15 @@ unified_memory:
       type: float
       returned: when O(gpu_memory_utilization) is set
     vllm_requested_bytes:
-      description: What vLLM will request, C(ceil(mem_total_bytes * gpu_memory_utilization)).
+      description: What vLLM will request, C(ceil(cuda_total_bytes * gpu_memory_utilization)).
+      type: int
+      returned: when O(gpu_memory_utilization) is set
+    cuda_total_bytes:
+      description: What CUDA reports as the device's memory, which vLLM sizes its request from (on a GB10 119.67 GiB, not C(MemTotal)).
+      type: int
+      returned: when O(gpu_memory_utilization) is set
+    needed_bytes:
+      description: What must be available; here the request (the collection's plan adds what it keeps beside the pool).
       type: int
       returned: when O(gpu_memory_utilization) is set
     fits:

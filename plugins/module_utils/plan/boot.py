@@ -37,7 +37,7 @@ PACKAGE = "ansible_collections.dgx_spark.vllm.plugins.module_utils"
 # What the node's copy needs: the daemon and every module it imports, by their place under module_utils.
 LIB_MODULES = ("node.supervisor", "node.supervisor_state", "node.firewall_state", "node.command",
                "node.completion", "node.metrics", "node.process_group", "probe.errors", "probe.ray_state",
-               "probe.unified_memory", "verify.canary", "verify.endpoint")
+               "probe.unified_memory", "plan.memory_model", "verify.canary", "verify.endpoint")
 DAEMON = "node.supervisor"
 INTERVAL = 5            # seconds between looks
 GIB = 1024 ** 3

@@ -38,7 +38,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import (
     STATE_MOUNT, Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import (
     canonical_flags, check_flags, check_head, check_inventory, check_model, parallel_sizes, ring_plan, utilization)
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.memory import memory
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.memory import memory, need as memory_need
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canary
 
 
@@ -60,7 +60,8 @@ def probe_args(inputs, settings, result, node, paths):
     head, ray = node == result["head"], inputs.get("backend") == "ray"
     container = container_name(settings, "ray" if ray else "vllm", node)
     supervisor = boot.paths(paths["state_dir"], settings["cluster_name"])
-    args = {"gpu_memory_utilization": result["gpu_memory_utilization"], "image": settings["image"], "read_image": head,
+    args = {"gpu_memory_utilization": result["gpu_memory_utilization"], "memory_need": memory_need(inputs),
+            "image": settings["image"], "read_image": head,
             "image_cache_dir": paths["image_info_cache"], "gpus": result["image"]["gpus"], "containers": [container],
             "serve_container": container, "serve_state_file_host": paths["vllm_state_file"],
             "models_dir": paths["models_dir"], "model": result["model"]["id"],

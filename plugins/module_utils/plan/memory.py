@@ -9,9 +9,6 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.nodes import serving_hashes
 
 GIB = 1024 ** 3
-# The pool vLLM sizes on a GB10 is CUDA's total, 119.67 GiB: "Free memory on device cuda:0 (11.19/119.67 GiB)"
-# (seed 001, line 20), and "119.7 GB GPU memory per node" (seed 003, line 10); MemTotal says 121.7 GiB.
-GB10_CUDA_TOTAL_BYTES = int(119.67 * GIB)
 # What the serving processes use beside vLLM's pool (CUDA context, API server, Ray): seed 004 had 18.2 GiB
 # available while serving at 0.75 on a node that starts at 117.3 GiB available (our captured idle GB10):
 # 117.3 - ceil(119.67 x 0.75) - 18.2 = 9.35 GiB.
@@ -27,13 +24,14 @@ IDLE_GB10 = {"mem_total_bytes": 127602792 * 1024, "mem_available_bytes": 1229979
              "gpu": {"name": "NVIDIA GB10"}, "gpu_process_bytes": 0}
 
 
-def cuda_total(memory):
-    """What CUDA reports as the device's memory: on a GB10 (unified) 119.67 GiB, else MemTotal."""
-    total = int(memory.get("mem_total_bytes") or 0)
-    gpu = memory.get("gpu") or {}
-    if memory.get("unified") and "GB10" in str(gpu.get("name") or ""):
-        return min(total, GB10_CUDA_TOTAL_BYTES)
-    return total
+def need(inputs):
+    """What vLLM's processes use beside the pool (the profile's ``memory.runtime_bytes``, else RUNTIME_BYTES) and the
+    floor left to the OS (vllm_memory_headroom_floor_gib, else the profile's, else HEADROOM_FLOOR_BYTES): the memory
+    plan's figures, which the probe's page-cache drop reads too (memory_model.needed_bytes)."""
+    mem = inputs["profile"].get("memory") or {}
+    floor_gib = inputs["settings"].get("memory_headroom_floor_gib")
+    floor = int(float(floor_gib) * GIB) if floor_gib not in (None, "") else mem.get("headroom_floor_bytes", HEADROOM_FLOOR_BYTES)
+    return {"runtime_bytes": int(mem.get("runtime_bytes", RUNTIME_BYTES)), "floor_bytes": None if floor is None else int(floor)}
 
 
 def node_memory(inputs, node_hashes):
@@ -53,7 +51,7 @@ def node_memory(inputs, node_hashes):
             continue
         serving = serving_hashes(facts, name, inputs["settings"]["cluster_name"])
         unchanged = bool(serving) and node_hashes.get(name) in serving
-        nodes[name] = dict(memory, cuda_total_bytes=cuda_total(memory), unchanged=unchanged,
+        nodes[name] = dict(memory, cuda_total_bytes=memory_model.cuda_total(memory), unchanged=unchanged,
                            held_bytes=int(memory.get("gpu_process_bytes") or 0) if unchanged else 0)
     return nodes
 
@@ -81,8 +79,7 @@ def memory(inputs, findings, parallel, flags, utilization, max_len, node_hashes,
                        "profile's env" % (max_len, model_max, profile["model"]["id"], model_max))
     nodes = node_memory(inputs, node_hashes)
     mem = profile.get("memory") or {}
-    floor_gib = inputs["settings"].get("memory_headroom_floor_gib")
-    floor = int(float(floor_gib) * GIB) if floor_gib not in (None, "") else mem.get("headroom_floor_bytes", HEADROOM_FLOOR_BYTES)
+    floor = need(inputs)["floor_bytes"]
     weights = inputs.get("weights_bytes") or profile["model"].get("weights_bytes") or 0
     try:
         result = memory_model.plan(
@@ -90,7 +87,7 @@ def memory(inputs, findings, parallel, flags, utilization, max_len, node_hashes,
             kv_dtype=(profile.get("vllm") or {}).get("kv_cache_dtype", "auto"), model_dtype=profile["model"].get("dtype", "bfloat16"),
             weights_bytes=weights, overhead_bytes=mem.get("overhead_bytes", 4 * GIB), kv_cache_bytes=mem.get("kv_cache_bytes"),
             block_size=mem.get("block_size", memory_model.DEFAULT_BLOCK_SIZE), order=[n for n in inputs["order"] if n in nodes],
-            runtime_bytes=mem.get("runtime_bytes", RUNTIME_BYTES), headroom_floor_bytes=floor,
+            runtime_bytes=need(inputs)["runtime_bytes"], headroom_floor_bytes=floor,
             edge_factor=mem.get("edge_rank_weight_factor", EDGE_RANK_WEIGHT_FACTOR),
             proven_utilization=mem.get("proven_utilization"), mamba_dtype=flags.get("--mamba-ssm-cache-dtype"),
             allow_long_context=allow_long)

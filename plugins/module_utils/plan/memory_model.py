@@ -185,6 +185,30 @@ def rank_weights(weights_bytes, ranks, edge_factor=1.0):
     return [int(math.ceil(share * (edge_factor if rank in (0, ranks - 1) else 1.0))) for rank in range(ranks)]
 
 
+# The pool vLLM sizes on a GB10 is CUDA's total, 119.67 GiB: "Free memory on device cuda:0 (11.19/119.67 GiB)"
+# (seed 001, line 20), and "119.7 GB GPU memory per node" (seed 003, line 10); MemTotal says 121.7 GiB.
+GB10_CUDA_TOTAL_BYTES = int(119.67 * GIB)
+
+
+def cuda_total(memory):
+    """What CUDA reports as the device's memory, from a node's memory facts: on a GB10 (unified) 119.67 GiB, else
+    MemTotal."""
+    total = int(memory.get("mem_total_bytes") or 0)
+    gpu = memory.get("gpu") or {}
+    if memory.get("unified") and "GB10" in str(gpu.get("name") or ""):
+        return min(total, GB10_CUDA_TOTAL_BYTES)
+    return total
+
+
+def needed_bytes(cuda_total_bytes, utilization, runtime_bytes=0, floor_bytes=None):
+    """What a node must have available (MemAvailable) for vLLM to start and for the plan to accept it: vLLM's request,
+    ``ceil(cuda_total x utilization)``, and with a floor, the runtime beside the pool and the floor left to the OS.
+    The probe's drop of page caches (probe/unified_memory.fit) and the plan's refusals (:func:`plan`) read this one
+    figure: a node the plan would refuse for want of memory that dropping caches gives back gets its caches dropped."""
+    requested = int(math.ceil(cuda_total_bytes * utilization))
+    return requested + (runtime_bytes + floor_bytes if floor_bytes is not None else 0)
+
+
 def utilization_keeping(available, keep, cuda_total):
     """The largest utilization (two decimals, rounded down) that leaves ``keep`` bytes of ``available``."""
     if not cuda_total:
@@ -233,7 +257,7 @@ def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtyp
         unchanged = bool(memory.get("unchanged"))
         held = int(memory.get("held_bytes") or 0) if unchanged else 0
         usable = available + held
-        requested = int(math.ceil(cuda_total * utilization))
+        requested = needed_bytes(cuda_total, utilization)
         weights = shares[rank] if rank < len(shares) else (shares[-1] if shares else 0)
         if kv_cache_bytes is not None:
             kv_bytes = int(kv_cache_bytes)
@@ -268,7 +292,7 @@ def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtyp
                            "short by %.1f GiB. Drop page caches, free memory, or lower gpu_memory_utilization to %.2f"
                            % (name, requested / GIB, utilization, cuda_total / GIB, usable / GIB, (requested - usable) / GIB,
                               utilization_keeping(usable, runtime_bytes + max(floor_bytes, headroom_bytes), cuda_total)))
-        elif headroom_floor_bytes is not None and headroom < headroom_floor_bytes and not unchanged:
+        elif not unchanged and available < needed_bytes(cuda_total, utilization, runtime_bytes, headroom_floor_bytes):
             entry["fits"] = False
             keeps = utilization_keeping(available, runtime_bytes + headroom_floor_bytes, cuda_total)
             figures = (name, requested / GIB, runtime_bytes / GIB, headroom / GIB, headroom_floor_bytes / GIB, keeps, name)

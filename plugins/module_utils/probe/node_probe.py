@@ -43,7 +43,7 @@ def query_nvidia_smi(run, warn, path, name):
     return gpus, parse_compute_apps(out)
 
 
-def memory(run, warn, proc_root, nvidia_smi_path, nvidia_smi_name, utilization=None):
+def memory(run, warn, proc_root, nvidia_smi_path, nvidia_smi_name, utilization=None, need=None):
     """The unified_memory fact: meminfo, the processes, nvidia-smi. Raises ProbeError naming the path."""
     if utilization is not None:
         validate_utilization(utilization)
@@ -56,7 +56,7 @@ def memory(run, warn, proc_root, nvidia_smi_path, nvidia_smi_name, utilization=N
     except OSError as exc:
         raise ProbeError("cannot read %s: %s" % (meminfo_path, exc.strerror or exc))
     gpus, apps = query_nvidia_smi(run, warn, nvidia_smi_path, nvidia_smi_name)
-    fact = summarize(meminfo, gpus, apps, read_processes(proc_root), utilization)
+    fact = summarize(meminfo, gpus, apps, read_processes(proc_root), utilization, need)
     if fact["mem_available_estimated"]:
         warn("%s has no MemAvailable line; it was estimated from MemFree and the caches" % meminfo_path)
     return fact

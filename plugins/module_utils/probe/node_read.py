@@ -19,7 +19,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_p
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.unified_memory import APPS_QUERY
 
 # What a deployment's read takes (the module's options of the same names); the rest is the node's.
-PER_DEPLOYMENT = ("gpu_memory_utilization", "image", "read_image", "image_cache_dir", "gpus", "containers", "serve_container",
+PER_DEPLOYMENT = ("gpu_memory_utilization", "memory_need", "image", "read_image", "image_cache_dir", "gpus", "containers", "serve_container",
                   "serve_state_file", "serve_state_file_host", "models_dir", "model", "revision", "ray_container", "paths", "records", "supervisor",
                   "kept_reference", "devices", "resolve", "disk", "firewall")
 
@@ -83,7 +83,7 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
         facts = dict(common, docker_ps=docker_ps, image_id=None, image=None, container_env={}, vllm=None,
                      model_config=None, weights_bytes=None, kept_images=None)
         facts["memory"] = node_probe.memory(batch, warn, node["proc_root"], node["smi_path"], node["nvidia_smi"],
-                                            spec.get("gpu_memory_utilization"))
+                                            spec.get("gpu_memory_utilization"), spec.get("memory_need"))
         facts.update(state=node_probe.state(spec.get("paths") or []), records=node_probe.records(spec.get("records") or []),
                      devices=node_probe.devices(spec.get("devices") or []),
                      resolved=node_probe.resolve(spec["resolve"]) if spec.get("resolve") else None)

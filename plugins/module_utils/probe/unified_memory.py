@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_model
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 
 KIB = 1024
@@ -173,7 +174,7 @@ def parse_compute_apps(text):
     return apps
 
 
-def summarize(meminfo, gpus=None, compute_apps=None, processes=None, gpu_memory_utilization=None):
+def summarize(meminfo, gpus=None, compute_apps=None, processes=None, gpu_memory_utilization=None, need=None):
     """Combine the parsed inputs into the ``unified_memory`` fact.
 
     used        = MemTotal - MemAvailable
@@ -225,23 +226,31 @@ def summarize(meminfo, gpus=None, compute_apps=None, processes=None, gpu_memory_
         "vllm_processes": vllm_processes(processes or []),
     }
     if gpu_memory_utilization is not None:
-        fact.update(fit(total, available, free + page_cache + reclaimable_slab, gpu_memory_utilization))
+        fact.update(fit(memory_model.cuda_total(fact), available, free + page_cache + reclaimable_slab, gpu_memory_utilization, need))
     return fact
 
 
-def fit(total, available, available_after_drop, utilization):
-    """What vLLM requests at start-up on an integrated GPU, and whether MemAvailable covers it.
+def fit(cuda_total, available, available_after_drop, utilization, need=None):
+    """What vLLM requests at start-up on an integrated GPU, and whether MemAvailable covers it, with what the plan
+    keeps beside it (``need``: the memory plan's ``runtime_bytes`` and ``floor_bytes``, plan/memory.need).
 
-    vLLM: requested = ceil(total x utilization); refuses when free (MemAvailable on UMA) < requested.
+    vLLM: requested = ceil(CUDA's total x utilization); it refuses when free (MemAvailable on UMA) < requested. The
+    plan refuses, too, when what is left beside the pool and its processes is under the floor: ``needed_bytes`` is
+    the plan's own figure (plan/memory_model.needed_bytes), so a node the plan would refuse that dropping caches
+    would cure gets its caches dropped.
     """
     validate_utilization(utilization)
-    requested = int(math.ceil(total * utilization))
+    need = need or {}
+    requested = memory_model.needed_bytes(cuda_total, utilization)
+    needed = memory_model.needed_bytes(cuda_total, utilization, int(need.get("runtime_bytes") or 0), need.get("floor_bytes"))
     return {
         "gpu_memory_utilization": utilization,
+        "cuda_total_bytes": cuda_total,
         "vllm_requested_bytes": requested,
-        "fits": available >= requested,
-        "shortfall_bytes": max(0, requested - available),
-        "fits_after_drop_caches": available_after_drop >= requested,
+        "needed_bytes": needed,
+        "fits": available >= needed,
+        "shortfall_bytes": max(0, needed - available),
+        "fits_after_drop_caches": available_after_drop >= needed,
     }
 
 

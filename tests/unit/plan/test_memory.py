@@ -1,6 +1,6 @@
 """plan_memory: the GB10's figures and each probed node's memory for the memory plan, on a captured idle GB10."""
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory, memory_model
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import normalize_settings
 
 from helpers import memory_facts
@@ -10,8 +10,8 @@ GIB = 1024 ** 3
 
 def test_cuda_total_of_a_gb10_is_not_memtotal():
     facts = memory_facts("gb10-idle.txt")
-    assert memory.cuda_total(facts) == int(119.67 * GIB)
-    assert memory.cuda_total(dict(facts, unified=False)) == facts["mem_total_bytes"]
+    assert memory_model.cuda_total(facts) == int(119.67 * GIB)
+    assert memory_model.cuda_total(dict(facts, unified=False)) == facts["mem_total_bytes"]
 
 
 def running(name, config_hash):

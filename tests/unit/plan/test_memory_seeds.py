@@ -8,7 +8,7 @@ import copy
 import os
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import (
-    deployment, memory as plan_memory, memory_model as mp, profiles)
+    deployment, memory_model as mp, profiles)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory as um
 
 from helpers import ROOT, memory_facts, read_fixture, spark_inputs
@@ -47,7 +47,7 @@ def test_gb10_pool_is_the_cuda_total_not_memtotal():
     utilization". vLLM sizes its request from CUDA's 119.67 GiB, not MemTotal's 121.69 GiB."""
     facts = memory_facts("gb10-idle.txt")
     assert round(facts["mem_total_bytes"] / float(GIB), 2) == 121.69
-    assert plan_memory.cuda_total(facts) == int(119.67 * GIB)
+    assert mp.cuda_total(facts) == int(119.67 * GIB)
 
 
 def test_the_mxfp4_failure_with_page_cache_is_refused_before_launch(tmp_path):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import (
-    deployment, memory as plan_memory, planner, profiles)
+    deployment, memory_model, planner, profiles)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
 
@@ -372,7 +372,7 @@ def test_offline_plan_plans_memory_for_an_idle_spark(m25):
               "nodes": {"a": {"fabric_ip": "10.0.0.1", "fabric_interfaces": ["enp1s0f1np1"]},
                         "b": {"fabric_ip": "10.0.0.2", "fabric_interfaces": ["enp1s0f1np1"]}}}
     memory = deployment.plan_deployment(inputs)["cluster"]["memory"]
-    assert memory["nodes"]["a"]["requested_bytes"] == int(-(-plan_memory.GB10_CUDA_TOTAL_BYTES * 0.85 // 1))
+    assert memory["nodes"]["a"]["requested_bytes"] == int(-(-memory_model.GB10_CUDA_TOTAL_BYTES * 0.85 // 1))
     assert memory["nodes"]["a"]["kv_tokens"] > 4096
 
 

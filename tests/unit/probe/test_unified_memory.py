@@ -2,6 +2,7 @@
 
 import pytest
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory as plan_memory, memory_model
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory as um
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 
@@ -10,13 +11,14 @@ from helpers import build_proc, read_fixture
 GIB = 1024 ** 3
 
 
-def facts(meminfo_name, apps_name="gb10-compute-apps-none.csv", utilization=None, processes=None):
+def facts(meminfo_name, apps_name="gb10-compute-apps-none.csv", utilization=None, processes=None, need=None):
     return um.summarize(
         um.parse_meminfo(read_fixture("meminfo", meminfo_name)),
         um.parse_gpu_query(read_fixture("nvidia_smi", "gb10-query-gpu.csv")),
         um.parse_compute_apps(read_fixture("nvidia_smi", apps_name)),
         processes or [],
         utilization,
+        need,
     )
 
 
@@ -67,12 +69,30 @@ def test_killed_container_leaves_unaccounted_memory():
 
 
 def test_page_cache_makes_vllm_refuse_until_caches_are_dropped():
-    fact = facts("gb10-page-cache.txt", utilization=0.9)
-    assert fact["vllm_requested_bytes"] == -(-127602792 * 1024 * 9 // 10)
+    fact = facts("gb10-page-cache.txt", utilization=0.91)
+    # vLLM sizes its request from CUDA's total (119.67 GiB on a GB10), not MemTotal (121.69 GiB): 108.9 GiB of 108.2
+    assert fact["cuda_total_bytes"] == int(119.67 * GIB) and fact["vllm_requested_bytes"] == -(-int(119.67 * GIB) * 91 // 100)
     assert fact["fits"] is False
+    assert facts("gb10-page-cache.txt", utilization=0.9)["fits"]  # 107.7 GiB: MemTotal's 109.5 would have said no
     assert fact["shortfall_bytes"] == fact["vllm_requested_bytes"] - fact["mem_available_bytes"]
     assert fact["fits_after_drop_caches"] is True
     assert fact["page_cache_bytes"] > 60 * GIB
+
+
+def test_caches_are_dropped_where_the_plan_would_refuse_the_node_not_only_where_vllm_would():
+    """The captured page-cache GB10 (108.2 GiB available, 111.9 GiB after a drop) at 0.80: vLLM's request alone
+    (95.7 GiB) fits, so a check of the request alone drops nothing; but the plan keeps the runtime beside the pool
+    (9.35 GiB) and the 6 GiB floor too, 111.1 GiB, and would refuse the node ("lower gpu_memory_utilization to
+    0.77"). The probe's verdict is the plan's: not fitting, fitting after the drop, so the drop happens."""
+    need = {"runtime_bytes": plan_memory.RUNTIME_BYTES, "floor_bytes": plan_memory.HEADROOM_FLOOR_BYTES}
+    alone = facts("gb10-page-cache.txt", utilization=0.8)
+    assert alone["fits"] and alone["needed_bytes"] == alone["vllm_requested_bytes"]  # vLLM's own check passes
+    fact = facts("gb10-page-cache.txt", utilization=0.8, need=need)
+    assert fact["needed_bytes"] == memory_model.needed_bytes(int(119.67 * GIB), 0.8, plan_memory.RUNTIME_BYTES, plan_memory.HEADROOM_FLOOR_BYTES)
+    assert not fact["fits"] and fact["fits_after_drop_caches"]
+    assert round(fact["shortfall_bytes"] / GIB, 1) == 2.9
+    assert facts("gb10-idle.txt", utilization=0.8, need=need)["fits"]  # an idle Spark needs no drop
+    assert not facts("gb10-page-cache.txt", utilization=0.82, need=need)["fits_after_drop_caches"]  # the drop alone is not enough
 
 
 def test_idle_node_fits_a_common_utilization():

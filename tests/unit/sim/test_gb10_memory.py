@@ -53,10 +53,10 @@ def test_pinned_memory_is_used_and_unaccounted():
 
 
 def test_page_cache_starves_a_high_utilization_until_dropped():
-    cached = probe({"cache": 60 * GIB}, utilization=0.9)
+    cached = probe({"cache": 60 * GIB}, utilization=0.92)  # vLLM asks 110.1 GiB of CUDA's 119.67; 109.3 GiB available
     assert cached["page_cache_bytes"] >= 60 * GIB
     assert not cached["fits"] and cached["fits_after_drop_caches"]
-    assert probe({}, utilization=0.9)["fits"]
+    assert probe({}, utilization=0.92)["fits"]
     assert cached["unaccounted_bytes"] == probe({})["unaccounted_bytes"]
 
 
