@@ -130,8 +130,14 @@ ray:
       description: IPs of the alive nodes.
       type: list
       elements: str
+    token_required:
+      description:
+        - True when the container presents Ray's token (C(RAY_AUTH_TOKEN_PATH)) and Ray refused the same question
+          without it; false when Ray answered it (authentication not enforced: the module fails at once, naming the
+          Ray version); null when the container has no token to present.
+      type: bool
     ready:
-      description: True when every expectation given is met (always true without expectations).
+      description: True when every expectation given is met (always true without expectations) and Ray enforces its token.
       type: bool
     missing_ips:
       description: Expected IPs that are not alive.
@@ -164,6 +170,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report.progress import joined
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.ray_state import (
     RayStateError,
+    UNAUTHENTICATED,
     evaluate,
     parse_probe_output,
     probe_argv,
@@ -223,6 +230,8 @@ def main():
             last_error = str(exc)
         if state is not None and last_error is None and state["ready"]:
             break
+        if state is not None and state.get("token_required") is False:  # no wait cures it
+            module.fail_json(msg=UNAUTHENTICATED % state.get("version"), ray=state, waited=round(time.monotonic() - started, 1))
         if time.monotonic() + params["interval"] > deadline:
             break
         time.sleep(params["interval"])

@@ -105,6 +105,12 @@ def serve_flags(inputs, findings, parallel):
     if parallel["expert_parallel"]:
         flags.setdefault("--enable-expert-parallel", True)
     image = inputs.get("image_info") or {}
+    ray_version = image.get("ray_version")  # an image built by this run is unknown yet: Ray's verification refuses it then
+    if inputs["backend"] == "ray" and ray_version and version_parts(ray_version) < RAY_AUTH_SINCE:
+        since = ".".join(map(str, RAY_AUTH_SINCE))
+        findings.error("all", ray_version, "%s has Ray %s, without token authentication (Ray %s and later): any host that reaches "
+                       "Ray's ports could run code on the cluster. Use an image with Ray %s or later, or vllm_backend: mp"
+                       % (inputs["settings"].get("image"), ray_version, since, since))
     options = image.get("options")
     if options:
         kept, dropped, errors = flag_utils.gate(flags, options, vllm.get("optional_flags") or (), inputs["settings"].get("image") or "the image",
@@ -117,11 +123,6 @@ def serve_flags(inputs, findings, parallel):
         if inputs["backend"] == "mp" and "--nnodes" not in options:
             findings.error("all", "mp", "backend mp needs vLLM's --nnodes, which %s (vLLM %s) lacks; use vllm_backend: ray or a newer image"
                            % (inputs["settings"].get("image"), image.get("version")))
-        ray_version = image.get("ray_version")
-        if inputs["backend"] == "ray" and ray_version and version_parts(ray_version) < RAY_AUTH_SINCE:
-            findings.error("all", ray_version, "%s has Ray %s, without token authentication (Ray %s and later): any host that reaches "
-                           "Ray's ports could run code on the cluster. Use an image with Ray %s or later, or vllm_backend: mp"
-                           % (inputs["settings"].get("image"), ray_version, ".".join(map(str, RAY_AUTH_SINCE)), ".".join(map(str, RAY_AUTH_SINCE))))
         parsers = image.get("reasoning_parsers")
         name = flags.get("--reasoning-parser")
         if parsers and name and name not in parsers and not flags.get("--reasoning-parser-plugin"):

@@ -93,7 +93,8 @@ def key_files(settings, entries, plans=None, settings_of=None):
     without the file (an AWX job's fresh project) takes back before it would make another (a new token restarts Ray)."""
     client = settings["api_key_file"]
     own = [placement.key_file(client, e["name"]) for e in entries if e["listed"]]
-    ray = [settings["ray_token_file"]] if settings.get("ray_token_file") else []
+    # An offline plan (plan.yml before the nodes answer) makes no token: the head may hold one it would not take back.
+    ray = [settings["ray_token_file"]] if settings.get("ray_token_file") and not settings.get("offline") else []
     holder = next((e for e in entries if ((plans or {}).get(e["name"]) or {}).get("backend") == "ray" and e["head"]), None)
     return {"folder": client.rsplit("/", 1)[0] if client and "/" in client else None, "client": client,
             "generated": ([client] + own if client else []) + ray,

@@ -54,7 +54,14 @@ try:
         with open(token) as handle:
             token = handle.read().strip()
     reply = ask(svc.GetAllNodeInfoRequest(), timeout=5, metadata=(("authorization", "Bearer " + token),) if token else None)
-    out({"version": importlib.metadata.version("ray"),
+    required = None
+    if token:  # the same question without the token must be refused: Ray enforces it, not only asks for it
+        try:
+            ask(svc.GetAllNodeInfoRequest(), timeout=5)
+            required = False
+        except grpc.RpcError as exc:
+            required = exc.code() == grpc.StatusCode.UNAUTHENTICATED
+    out({"version": importlib.metadata.version("ray"), "token_required": required,
          "nodes": [node(n, n.state == gcs_pb2.GcsNodeInfo.ALIVE) for n in reply.node_info_list]})
 except Exception:
     for name in ("ray.core.generated", "ray.core", "ray"):
@@ -83,6 +90,9 @@ out({"version": ray.__version__, "nodes": [{k: n.get(k) for k in keep} for n in 
 
 
 PROBE_TIMEOUT_RC = 137  # timeout --signal=KILL
+UNAUTHENTICATED = ("Ray answers without its token: its container sets RAY_AUTH_MODE=token, but Ray %s does not enforce it "
+                   "(token authentication needs Ray 2.52 or later); any host that reaches its ports could run code. Use an "
+                   "image with Ray 2.52 or later, or vllm_backend: mp")
 
 
 def probe_argv(address, python="python3", container=None, docker="docker", seconds=20):
@@ -147,6 +157,8 @@ def summarize(data):
         "alive_count": len(alive),
         "gpu_total": sum(float(n["resources"].get("GPU", 0)) for n in alive),
         "alive_ips": sorted(live_ips),
+        # False: the container asks for a token and Ray answered without one (a Ray before 2.52 ignores RAY_AUTH_MODE)
+        "token_required": data.get("token_required"),
     }
 
 
@@ -161,6 +173,8 @@ def evaluate(state, expected_nodes=None, expected_gpus=None, expected_ips=None):
     if expected_gpus is not None and state["gpu_total"] < expected_gpus:
         reasons.append("%g of %g GPUs" % (state["gpu_total"], expected_gpus))
     unexpected = sorted(set(state["alive_ips"]) - set(expected_ips)) if expected_ips else []
+    if state.get("token_required") is False:
+        reasons.append(UNAUTHENTICATED % state.get("version"))
     result = dict(state)
     result.update(ready=not reasons, missing_ips=missing, unexpected_ips=unexpected, reasons=reasons)
     return result

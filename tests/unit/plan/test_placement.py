@@ -57,11 +57,16 @@ def test_two_deployments_on_the_same_two_nodes_each_get_their_own_names_ports_an
     assert sorted(routes) == ["sim-tiny", "sim-tiny-coder"]
     assert routes["sim-tiny-coder"]["api_base"] == "http://192.168.1.101:8002/v1"  # vLLM's bind address on the same head
     assert routes["sim-tiny-coder"]["api_key_file"].endswith("/.secrets/vllm_api_key-coder")  # its own key, on the controller
-    # every key file made once on the controller: the clients', each deployment's own, and Ray's token (one for all)
+    # every key file made once on the controller: the clients', each deployment's own, and Ray's token (one for all),
+    # which an offline plan does not make (the head may hold one, taken back when the nodes answer)
     secrets = plan["key_files"]["folder"]
-    assert plan["key_files"]["generated"] == [secrets + "/vllm_api_key", secrets + "/vllm_api_key-chat", secrets + "/vllm_api_key-coder",
-                                              secrets + "/ray_auth_token"]
+    keys = [secrets + "/vllm_api_key", secrets + "/vllm_api_key-chat", secrets + "/vllm_api_key-coder"]
+    assert plan["key_files"]["generated"] == keys and plan["key_files"]["ray_token"] is None
     assert chat["cluster"]["ray_token_file"] == coder["cluster"]["ray_token_file"] == secrets + "/ray_auth_token"
+    online = several_plan(tmp_path, offline=False)["key_files"]
+    assert online["generated"] == keys + [secrets + "/ray_auth_token"]
+    assert online["ray_token"] == {"file": secrets + "/ray_auth_token", "host": "spark1",
+                                   "node_file": "/var/lib/dgx-spark-vllm/dgx-spark-chat/secrets/ray_auth_token"}
     # memory is summed on both shared nodes: each asks its pool and processes of the same MemAvailable
     shared = plan["shared_nodes"]["spark2"]
     assert shared["deployments"] == ["chat", "coder"] and set(shared["starting"]) == {"chat", "coder"}

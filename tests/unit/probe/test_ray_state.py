@@ -81,3 +81,14 @@ def test_probe_runs_inside_the_container_under_a_kill_timeout():
     argv = rs.probe_argv("auto", "python3", "dgx-spark-ray-head", "docker", 20)
     assert argv[:7] == ["docker", "exec", "dgx-spark-ray-head", "timeout", "--signal=KILL", "20", "python3"]
     assert argv[-1] == "auto"
+
+
+@pytest.mark.parametrize("required,ready", [(True, True), (None, True), (False, False)])
+def test_a_ray_that_answers_without_its_token_is_not_ready_and_says_why(required, ready):
+    """The probe asks again without the token (PROBE_SCRIPT): Ray refusing it is token authentication enforced; Ray
+    answering it is a Ray that ignores RAY_AUTH_MODE (before 2.52), never ready whatever joined."""
+    data = dict(json.loads(read_fixture("ray", "two-nodes.json")), token_required=required)
+    s = rs.evaluate(rs.summarize(rs.parse_probe_output(0, json.dumps(data), "", "dgx-spark-ray-head")), expected_nodes=2)
+    assert s["ready"] is ready and s["token_required"] is required
+    if not ready:
+        assert s["reasons"] == [rs.UNAUTHENTICATED % "2.60.0"] and "needs Ray 2.52 or later" in s["reasons"][0]
