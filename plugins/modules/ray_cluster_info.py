@@ -133,8 +133,8 @@ ray:
     token_required:
       description:
         - True when the container presents Ray's token (C(RAY_AUTH_TOKEN_PATH)) and Ray refused the same question
-          without it; false when Ray answered it (authentication not enforced: the module fails at once, naming the
-          Ray version); null when the container has no token to present.
+          without it; false when Ray answered it, authentication not enforced (the module then fails at once, naming
+          the Ray version); null when the container has no token to present.
       type: bool
     ready:
       description: True when every expectation given is met (always true without expectations) and Ray enforces its token.

@@ -191,8 +191,7 @@ GB10_CUDA_TOTAL_BYTES = int(119.67 * GIB)
 
 
 def cuda_total(memory):
-    """What CUDA reports as the device's memory, from a node's memory facts: on a GB10 (unified) 119.67 GiB, else
-    MemTotal."""
+    """What CUDA reports as the device's memory: on a GB10 (unified) 119.67 GiB, else MemTotal."""
     total = int(memory.get("mem_total_bytes") or 0)
     gpu = memory.get("gpu") or {}
     if memory.get("unified") and "GB10" in str(gpu.get("name") or ""):
@@ -201,10 +200,9 @@ def cuda_total(memory):
 
 
 def needed_bytes(cuda_total_bytes, utilization, runtime_bytes=0, floor_bytes=None):
-    """What a node must have available (MemAvailable) for vLLM to start and for the plan to accept it: vLLM's request,
-    ``ceil(cuda_total x utilization)``, and with a floor, the runtime beside the pool and the floor left to the OS.
-    The probe's drop of page caches (probe/unified_memory.fit) and the plan's refusals (:func:`plan`) read this one
-    figure: a node the plan would refuse for want of memory that dropping caches gives back gets its caches dropped."""
+    """What a node must have available for vLLM to start and the plan to accept it: vLLM's request (``ceil(cuda_total x
+    utilization)``) and, with a floor, the runtime beside the pool and the floor. The plan's refusals (:func:`plan`)
+    and the probe's page-cache drop (probe/unified_memory.fit) read this one figure."""
     requested = int(math.ceil(cuda_total_bytes * utilization))
     return requested + (runtime_bytes + floor_bytes if floor_bytes is not None else 0)
 
