@@ -14,7 +14,6 @@ Pure functions over text and a proc tree; no Ansible imports, so the units test 
 
 from __future__ import annotations
 
-import math
 import os
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_model
