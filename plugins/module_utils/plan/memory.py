@@ -79,7 +79,7 @@ def memory(inputs, findings, parallel, flags, utilization, max_len, node_hashes,
                        "profile's env" % (max_len, model_max, profile["model"]["id"], model_max))
     nodes = node_memory(inputs, node_hashes)
     mem = profile.get("memory") or {}
-    floor = need(inputs)["floor_bytes"]
+    needs = need(inputs)
     weights = inputs.get("weights_bytes") or profile["model"].get("weights_bytes") or 0
     try:
         result = memory_model.plan(
@@ -87,7 +87,7 @@ def memory(inputs, findings, parallel, flags, utilization, max_len, node_hashes,
             kv_dtype=(profile.get("vllm") or {}).get("kv_cache_dtype", "auto"), model_dtype=profile["model"].get("dtype", "bfloat16"),
             weights_bytes=weights, overhead_bytes=mem.get("overhead_bytes", 4 * GIB), kv_cache_bytes=mem.get("kv_cache_bytes"),
             block_size=mem.get("block_size", memory_model.DEFAULT_BLOCK_SIZE), order=[n for n in inputs["order"] if n in nodes],
-            runtime_bytes=need(inputs)["runtime_bytes"], headroom_floor_bytes=floor,
+            runtime_bytes=needs["runtime_bytes"], headroom_floor_bytes=needs["floor_bytes"],
             edge_factor=mem.get("edge_rank_weight_factor", EDGE_RANK_WEIGHT_FACTOR),
             proven_utilization=mem.get("proven_utilization"), mamba_dtype=flags.get("--mamba-ssm-cache-dtype"),
             allow_long_context=allow_long)
