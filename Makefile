@@ -1,6 +1,6 @@
 # dgx_spark.vllm — every entry point a developer or CI needs.
 #   make sim     set up, bring up the simulated cluster and run playbooks/serve.yml on it
-#   make test    set up, then every test layer: units, static checks, molecule on the simulated cluster
+#   make test    set up, then every test layer: units, static checks, the scenarios on the simulated cluster
 #   make fast    units and lint (the inner loop)
 #   make test-extended  the scenarios beyond make test's time budget (marker extended: the rings, faults, two models)
 SHELL := /bin/bash
@@ -10,7 +10,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/pytest
 
-.PHONY: setup sim sim-down test test-extended fast unit lint sanity build molecule bench reliability clean
+.PHONY: setup sim sim-down test test-extended fast unit lint sanity build integration molecule bench reliability clean
 
 setup:
 	@bash scripts/setup.sh
@@ -44,8 +44,12 @@ sanity: setup
 build: setup
 	$(PYTEST) tests/static -k "build"
 
-molecule: setup
+integration: setup
 	$(PYTEST) -m "not extended" tests/integration
+
+# molecule's scenarios (default, mp) on the simulated cluster; they are part of make test-extended
+molecule: setup
+	$(PYTEST) -m "extended or not extended" tests/integration/test_molecule.py
 
 bench: setup
 	@bash scripts/bench.sh $(BENCH)

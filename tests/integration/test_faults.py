@@ -604,6 +604,7 @@ def supervisor_did(node, what, seconds, since):
     return None
 
 
+@pytest.mark.extended  # about 2 minutes; a power cycle under load (the worker's) and the supervisor's comeback are in make test
 def test_both_nodes_power_cycled_come_back_by_themselves(client):
     """Both nodes lose power at once; nothing is run after the power cycle until a completion is served. Nothing else
     asks the endpoint meanwhile, so the head's supervisor asks the canary after its completion: token for token."""
@@ -677,6 +678,7 @@ def test_an_image_removed_on_a_worker_is_sent_again_by_the_next_serve(client):
            "(docker save | ssh | docker load), checks one image ID everywhere and serves", time.monotonic() - started)
 
 
+@pytest.mark.extended  # a relaunch (about 2 minutes); a head lost while serving and finished by the next run is in make test
 def test_an_interrupted_serve_is_finished_by_the_next_run(client):
     # A container of someone else's that merely carries our cluster label: teardown names it and leaves it alone.
     lookalike = head().containers.run("dgx-spark-sim/runtime:sim", ["sleep", "600"], name="hand-made-ray", detach=True,
@@ -839,6 +841,7 @@ def kept_tags(node):
                   if t.startswith("dgx-spark-vllm-kept:"))
 
 
+@pytest.mark.extended  # about 6 minutes (an image built and streamed, a failed launch, a rollback); a ring apply rolled back is in make test
 def test_an_upgrade_that_fails_rolls_back_to_the_last_known_good_and_serves(client):
     """upgrade.yml to an image whose vllm entry point fails (it still imports: the probe and the plan pass): --check
     --diff shows the change and changes nothing; the real run names the failure, plans the last-known-good deployment
