@@ -15,9 +15,9 @@ def bench_sweep(bench_target, given, stamp, reports_dir):
     return bench.sweep(bench_target, given, stamp, reports_dir)
 
 
-def bench_rows(points_run, results, runs, deployment):
-    """One row per point from its slurped result file, or a failed row saying why."""
-    return bench_results.rows(points_run, results, runs, deployment)
+def bench_rows(points_run, runs, deployment):
+    """One row per point from the result file its command printed, or a failed row saying why."""
+    return bench_results.rows(points_run, runs, deployment)
 
 
 class FilterModule:

@@ -53,9 +53,16 @@ options:
     description: The same state file as the node sees it, removed once the container is gone.
     type: path
   logs_dir:
-    description: The node's log folder (vLLM's log is there); each container's log is written beside it.
+    description:
+      - The node's log folder, out of every container's reach; each container's log is written there, and the logs
+        in O(container_logs_dir) are copied there.
     type: path
     required: true
+  container_logs_dir:
+    description:
+      - The log folder the containers write (vLLM's log, the fetch's). Its regular files are copied to O(logs_dir),
+        never read through a link.
+    type: path
   baseline_file:
     description: The node's memory before the launch (JSON with C(mem_available_bytes)), written by the plan.
     type: path
@@ -169,7 +176,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, process_group as pg, teardown as td
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run, to_file
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import copy_regular, run, to_file
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor_control import Supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
@@ -184,6 +191,7 @@ def main():
             serve_state_file=dict(type="str", default="/dgx-spark/run/vllm.json"),
             vllm_state_file=dict(type="path"),
             logs_dir=dict(type="path", required=True),
+            container_logs_dir=dict(type="path"),
             baseline_file=dict(type="path"),
             proc_root=dict(type="path", default="/proc"),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
@@ -252,6 +260,11 @@ def main():
     if p["vllm_state_file"] and os.path.exists(p["vllm_state_file"]):
         os.unlink(p["vllm_state_file"])
         result["changed"] = True
+    if p["container_logs_dir"] and os.path.isdir(p["container_logs_dir"]):
+        os.makedirs(p["logs_dir"], mode=0o755, exist_ok=True)
+        for found in sorted(os.listdir(p["container_logs_dir"])):
+            if found.endswith(".log"):
+                copy_regular(os.path.join(p["container_logs_dir"], found), os.path.join(p["logs_dir"], found))
     for folder in folders:  # the gateway's, which holds every key
         shutil.rmtree(folder)
     result["logs"] = sorted(glob.glob(os.path.join(glob.escape(p["logs_dir"]), "*.log")))

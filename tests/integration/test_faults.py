@@ -229,7 +229,7 @@ def test_ray_refuses_a_client_without_its_token_even_on_the_nodes_loopback(clien
     fabric addresses; with the token the node holds (0600, root's) it is answered."""
     image = head().containers.get(HEAD_RAY).attrs["Config"]["Image"]
     mode = head().containers.get(HEAD_RAY).attrs["HostConfig"]["NetworkMode"]
-    token = "/var/lib/dgx-spark-vllm/dgx-spark/secrets/ray_auth_token"
+    token = "/var/lib/dgx-spark-vllm/dgx-spark/container/keys/ray_auth_token"
     assert node_docker_exec("sim-head", ["stat", "-c", "%a %U", token]) == "600 root"
 
     def ask(address, how, mount=False):

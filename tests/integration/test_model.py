@@ -172,7 +172,7 @@ def test_the_right_token_fetches_a_gated_model_and_is_never_shown(tmp_path):
     assert "sim-hub-token" not in out
     assert glob.glob(os.path.join(models("sim-worker1"), "huggingface/hub/models--dgx-spark-sim--sim-tiny-gated/snapshots/*/config.json"))
     # The token file lived only for the fetch.
-    assert not os.path.exists(os.path.join(SIM, "nodes", "sim-head", "var", "dgx-spark", "secrets", "hf_token"))
+    assert not os.path.exists(os.path.join(SIM, "nodes", "sim-head", "var", "dgx-spark", "container", "fetch", "hf_token"))
     shutil.rmtree(os.path.join(models("sim-head"), "huggingface/hub/models--dgx-spark-sim--sim-tiny-gated"))
     shutil.rmtree(os.path.join(models("sim-worker1"), "huggingface/hub/models--dgx-spark-sim--sim-tiny-gated"))
 

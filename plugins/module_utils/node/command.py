@@ -47,6 +47,22 @@ def read_small(path, limit=RECORD_BYTES):
     return None
 
 
+def copy_regular(source, dest, chunk=1 << 20):
+    """Copy ``source`` to ``dest`` when it is a regular file, never through a link (a folder containers write: what
+    is there is theirs to replace with a link to any host file). Returns whether it was copied."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return False
+        with open(dest, "wb") as out:
+            for block in iter(lambda: handle.read(chunk), b""):
+                out.write(block)
+    return True
+
+
 def read_record(path):
     """One of the collection's small JSON records on a node (read_small), or None when it is absent, unreadable or
     not a mapping."""

@@ -33,7 +33,7 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import completion, firewall_state, metrics
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import command, completion, firewall_state, metrics
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory
@@ -68,8 +68,11 @@ class Ops:
         return firewall_state.state(lambda argv: self.run(argv, timeout=20), table, record)
 
     def read(self, path):
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
+        """A small regular file's text, never through a link (vLLM's state file is in a folder its container writes)."""
+        text = command.read_small(path)
+        if text is None:
+            raise OSError("%s is absent, unreadable, a link or not a small regular file" % path)
+        return text
 
     def connects(self, host, port):
         try:

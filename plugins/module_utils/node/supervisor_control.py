@@ -24,7 +24,7 @@ import signal
 import time
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group, supervisor, supervisor_state
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_small, read_text
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.netplan_try import detached
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
 
@@ -152,7 +152,7 @@ class Supervisor:
         """At a release: the vLLM that runs now is the one the holder (``hold``: the hold file's text) verified."""
         for step in self.plan["config"]["steps"]:
             if step["kind"] == "driver" and self.where.get("verified"):
-                state = process_group.parse_state(read_text(step["state_file_host"]))
+                state = process_group.parse_state(read_small(step["state_file_host"]))
                 if state:
                     supervisor.write_text(self.where["verified"], json.dumps(
                         {"pgid": state["pgid"], "started_at": state.get("started_at"),

@@ -72,8 +72,16 @@ DEFAULT_SETTINGS = {
 INTEGERS = ("port", "ray_port", "master_port", "ray_ports_offset", "gpus_per_node", "rsync_port", "images_kept")
 BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned",
             "pipeline_across_nodes", "firewall", "boot_start")
-# The state folders of a node, under <state_dir>/<cluster>, each with its mode.
-STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("bin", "0755"), ("secrets", "0700"))
+# The state folders of a node, under <state_dir>/<cluster>, each with its mode. What a container sees is under
+# container/ alone (CONTAINER_FOLDERS, mounted one by one at STATE_MOUNT/<name>): the rest (the supervisor's code and
+# plan, the firewall's ruleset, the records, the ring's rollback, the copy's secrets) is read, loaded or run by the
+# host's root or the SSH user, so no container may reach it.
+STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("secrets", "0700"), ("container", "0755"))
+# The container-visible folders: (name, mode, whether a container may write it). A container reads the launcher,
+# vLLM's config, its keys and the fetch's token, and writes only vLLM's log and state (and bench's results) there:
+# root never runs, loads or writes through what is in a writable one (node/command.py read_small).
+CONTAINER_FOLDERS = (("bin", "0755", False), ("config", "0755", False), ("keys", "0700", False), ("fetch", "0700", False),
+                     ("logs", "0755", True), ("run", "0755", True))
 
 
 def truthy(value):
@@ -139,25 +147,28 @@ def node_paths(settings, node, model_id):
         "model_dir": model_dir(models, model_id),
         # The state folders, and the models folder the containers mount (made before any container starts).
         "folders": [{"path": "%s/%s" % (state, name), "mode": mode} for name, mode in STATE_FOLDERS]
+        + [{"path": "%s/container/%s" % (state, name), "mode": mode} for name, mode, dummy in CONTAINER_FOLDERS]
         + [{"path": models, "mode": "0755"}],
-        "logs_dir": state + "/logs",
-        "non_carry_over_file": state + "/config/ray_non_carry_over_env_vars.json",
-        "launcher": state + "/bin/vllm-serve",
-        "api_key_file": state + "/secrets/vllm_api_key",
-        "ray_token_file": state + "/secrets/ray_auth_token",  # every Ray node's (commands.RAY_TOKEN_FILE in its container)
+        "container_dir": state + "/container",  # what containers mount (container_mounts); nothing else of <state> is
+        "logs_dir": state + "/logs",             # the teardown's copies of every log, out of the containers' reach
+        "non_carry_over_file": state + "/container/config/ray_non_carry_over_env_vars.json",
+        "do_not_track_file": state + "/container/config/do_not_track",  # VLLM_CONFIG_ROOT: no usage report
+        "launcher": state + "/container/bin/vllm-serve",
+        "api_key_file": state + "/container/keys/vllm_api_key",
+        "ray_token_file": state + "/container/keys/ray_auth_token",  # every Ray node's (commands.RAY_TOKEN_FILE in its container)
         "baseline_file": state + "/run/baseline.json",
         "last_known_good_file": state + "/config/last-known-good.json",  # serve.yml's record of what last served
         "canary_file": state + "/config/canary-reference.json",          # the canary's reference answers
-        "vllm_state_file": state + "/run/vllm.json",
+        "vllm_state_file": state + "/container/run/vllm.json",
         "image_info_cache": state + "/image-info",
-        "fetch_script": state + "/bin/fetch_model.py",
-        "fetch_log": state + "/logs/model-fetch.log",
+        "fetch_script": state + "/container/bin/fetch_model.py",
+        "fetch_log": state + "/container/logs/model-fetch.log",
         "hf_home": models + "/huggingface",      # the Hugging Face cache the containers read (HF_HOME=/models/huggingface)
-        "vllm_log": state + "/logs/vllm.log",    # the head's vLLM log, as the node sees it
+        "vllm_log": state + "/container/logs/vllm.log",  # the head's vLLM log, as the node sees it (its container writes it)
         "build_dir": state + "/build",           # the image role's build context on the head
         "build_dockerfile": state + "/build/Dockerfile",
         "build_ca_bundle": state + "/build/ca-bundle.crt",
-        "hf_token_file": state + "/secrets/hf_token",
+        "hf_token_file": state + "/container/fetch/hf_token",  # only the fetch's container mounts it
         "rsync_config": state + "/run/rsyncd.conf",
         "rsync_pid": state + "/run/rsyncd.pid",
         "rsync_secrets": state + "/secrets/rsyncd.secrets",

@@ -35,16 +35,19 @@ DEFAULTS = {
 PERCENTILES = (50, 90, 99)
 
 
-def target(cluster, head_entry, profile, max_model_len, state_mount, key_file):
+RESULT_DIR = "/tmp/dgx-spark-bench"  # inside the container that runs the sweep; each point's result is read from its output
+
+
+def target(cluster, head_entry, profile, max_model_len, key_file):
     """What bench.yml needs of the plan: the container it runs in (the head's vLLM runs there, so its image's ``vllm
     bench serve`` does), the endpoint as that container reaches it, the model and its served name, the key file inside
-    the container, where results go (inside and on the head), the deployment's max_model_len, the decode bound and the
-    profile's published figures."""
+    the container, where results go inside it (its own /tmp: nothing of the head's is written by the container and
+    read by root), the deployment's max_model_len, the decode bound and the profile's published figures."""
     spec = profile.get("bench") or {}
     return {"container": head_entry["serve"]["container"],
             "base_url": cluster["endpoint"]["local_health_url"].rsplit("/", 1)[0],
             "model": cluster["model"]["id"], "served_name": cluster["endpoint"]["served_model_name"], "key_file": key_file,
-            "result_dir": state_mount + "/bench", "result_dir_host": head_entry["paths"]["state_dir"] + "/bench",
+            "result_dir": RESULT_DIR,
             "max_model_len": max_model_len, "decode_bound": decode_bound(spec, len(cluster["expected_ips"])),
             "published": list(spec.get("published") or [])}
 
@@ -94,7 +97,8 @@ def points(config, max_model_len=None):
 def argv(point, target, result_dir):
     """``vllm bench serve`` for one point, run inside the head's container. ``target``: the endpoint as the container
     reaches it (``base_url``), the model to tokenize with (``model``), the name it is served as (``served_name``) and
-    the key file inside the container (``key_file``). The key is read there, by the shell: never in an argv."""
+    the key file inside the container (``key_file``). The key is read there, by the shell: never in an argv. Its own
+    output goes to stderr, and its result file to stdout: the point's row is read from what the command printed."""
     bench = ["vllm", "bench", "serve", "--backend", "vllm", "--base-url", target["base_url"], "--endpoint", "/v1/completions",
              "--model", target["model"], "--served-model-name", target["served_name"],
              "--dataset-name", "random", "--random-input-len", str(point["input_len"]),
@@ -102,19 +106,18 @@ def argv(point, target, result_dir):
              "--max-concurrency", str(point["concurrency"]), "--seed", "0",
              "--percentile-metrics", "ttft,itl", "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
              "--save-result", "--result-dir", result_dir, "--result-filename", point["name"] + ".json"]
-    return ["sh", "-c", 'OPENAI_API_KEY="$(cat "$0")" exec "$@"', target["key_file"]] + bench
+    script = 'key=$1 result=$2; shift 2; mkdir -p "${result%/*}" && OPENAI_API_KEY="$(cat "$key")" "$@" >&2 && cat "$result"'
+    return ["sh", "-c", script, "sh", target["key_file"], "%s/%s.json" % (result_dir, point["name"])] + bench
 
 
 def sweep(bench_target, given, stamp, reports_dir):
     """The sweep of a plan's ``cluster.bench`` with the given settings, for the run named ``stamp``: {config, points,
-    errors, dirs}; ``dirs``: the run's folder inside the head's container, on the head, and on the controller."""
+    errors, dirs}; ``dirs``: the run's folder inside the head's container and on the controller."""
     config, errors = settings(given)
     found, more = points(config, bench_target.get("max_model_len")) if not errors else ([], [])
-    dirs = {"container": "%s/%s" % (bench_target["result_dir"], stamp), "head": "%s/%s" % (bench_target["result_dir_host"], stamp),
-            "controller": "%s/%s" % (reports_dir, stamp) if reports_dir else None}
-    for point in found:  # each point's command on the head, and where its result lands there
+    dirs = {"container": "%s/%s" % (bench_target["result_dir"], stamp), "controller": "%s/%s" % (reports_dir, stamp) if reports_dir else None}
+    for point in found:  # each point's command on the head: it prints its result
         point["argv"] = ["docker", "exec", bench_target["container"]] + argv(point, bench_target, dirs["container"])
-        point["result_file"] = "%s/%s.json" % (dirs["head"], point["name"])
     return {"config": config, "points": found, "errors": errors + more, "dirs": dirs}
 
 

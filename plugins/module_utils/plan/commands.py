@@ -11,21 +11,26 @@ import re
 import shlex
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code, firewall, flags as flag_utils, labels as container_labels
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, MODELS_MOUNT, node_paths, STATE_MOUNT
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, CONTAINER_FOLDERS, MODELS_MOUNT, node_paths, STATE_MOUNT
 
 OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for plasma otherwise
 LAUNCHER = STATE_MOUNT + "/bin/vllm-serve"
 VLLM_LOG = STATE_MOUNT + "/logs/vllm.log"
 VLLM_STATE = STATE_MOUNT + "/run/vllm.json"  # vllm_process's state file in the head's container (its default)
-API_KEY_FILE = STATE_MOUNT + "/secrets/vllm_api_key"
+API_KEY_FILE = STATE_MOUNT + "/keys/vllm_api_key"
 # Ray's token authentication (Ray 2.52 and later): every gRPC and HTTP port of Ray's but the metrics export asks for the
 # cluster's token, so a process that can reach a port and lacks the token is refused. Turned on by the environment only
 # (RAY_AUTH_MODE; Ray refuses it in system_config), the token read from a file (RAY_AUTH_TOKEN_PATH: never in an
 # environment, an argv or `docker inspect`). With the mode on and no token, `ray start` fails: fail closed.
-RAY_TOKEN_FILE = STATE_MOUNT + "/secrets/ray_auth_token"
+RAY_TOKEN_FILE = STATE_MOUNT + "/keys/ray_auth_token"
 RAY_AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": RAY_TOKEN_FILE}
 RAY_AUTH_SINCE = (2, 52)
 GCS_WAIT_SECONDS = 120  # how long vLLM's Ray driver waits for the head's GCS (serve_command)
+# What each kind of container mounts of the node's container/ folder (base.CONTAINER_FOLDERS), each at STATE_MOUNT/<name>,
+# read-only unless the folder is one containers write. The Ray head runs the launcher and writes vLLM's log and state;
+# a Ray worker needs only vLLM's config and Ray's token; an mp rank runs the launcher; the fetch writes its log.
+MOUNTS = {"ray-head": ("bin", "config", "keys", "logs", "run"), "ray-worker": ("config", "keys"), "vllm": ("bin", "config", "keys"),
+          "model-fetch": ("bin", "fetch", "logs")}
 # The launcher runs `vllm serve` with the arguments it is given. The API key is read from a file only root can read,
 # so it never appears on a command line, in `docker inspect` or in a log, and Ray does not carry it to the workers
 # (ray_non_carry_over_env_vars.json lists it).
@@ -83,8 +88,10 @@ def serve_command(argv, ray_address=None, pins=()):
 
 
 def state_files(inputs, paths, non_carry):
-    """The small files a node's state folder holds: the launcher, and with Ray the names it must not carry over."""
-    files = [{"path": paths["launcher"], "content": LAUNCHER_SCRIPT, "mode": "0755"}]
+    """The small files a node's state folder holds: the launcher, vLLM's do_not_track (its config folder is read-only in
+    the containers), and with Ray the names it must not carry over."""
+    files = [{"path": paths["launcher"], "content": LAUNCHER_SCRIPT, "mode": "0755"},
+             {"path": paths["do_not_track_file"], "content": "", "mode": "0644"}]
     if inputs["backend"] == "ray":
         files.append({"path": paths["non_carry_over_file"], "content": json.dumps(non_carry, indent=4, sort_keys=True) + "\n",
                       "mode": "0644"})
@@ -212,11 +219,18 @@ def labels(settings, name, role):
     return container_labels.labels(settings["cluster_name"], name, role)
 
 
-def container_spec(inputs, name, role, env, paths, command):
+def state_volumes(paths, kind):
+    """The bind mounts of a container of ``kind`` (MOUNTS): the folders of container/ it needs, never the state
+    folder itself (root runs the supervisor's code and loads the firewall's ruleset from there)."""
+    writable = {name for name, dummy, rw in CONTAINER_FOLDERS if rw}
+    return ["%s/%s:%s/%s%s" % (paths["container_dir"], name, STATE_MOUNT, name, "" if name in writable else ":ro") for name in MOUNTS[kind]]
+
+
+def container_spec(inputs, name, role, env, paths, command, kind):
     """One container as the apply step creates it; identical RDMA options on every node (fact 8)."""
     settings = inputs["settings"]
     container = inputs["profile"].get("container") or {}
-    volumes = ["%s:%s" % (paths["state_dir"], STATE_MOUNT), "%s:%s:ro" % (paths["models_dir"], MODELS_MOUNT)]
+    volumes = state_volumes(paths, kind) + ["%s:%s:ro" % (paths["models_dir"], MODELS_MOUNT)]
     volumes += container.get("extra_volumes") or []
     return {
         "name": container_name(settings, role, name),
@@ -250,12 +264,14 @@ def model_fetch_argv(inputs, name, paths, model_id, revision):
             "--network", settings["network_mode"].replace("{node}", name)]
     for key, value in sorted(labels(settings, name, "model-fetch").items()):
         argv += ["--label", "%s=%s" % (key, value)]
-    argv += ["-v", "%s:%s" % (paths["models_dir"], MODELS_MOUNT), "-v", "%s:%s" % (paths["state_dir"], STATE_MOUNT),
-             "-e", "HF_HOME=%s/huggingface" % MODELS_MOUNT, "-e", "HF_HUB_DISABLE_TELEMETRY=1"]
+    argv += ["-v", "%s:%s" % (paths["models_dir"], MODELS_MOUNT)]
+    for volume in state_volumes(paths, "model-fetch"):
+        argv += ["-v", volume]
+    argv += ["-e", "HF_HOME=%s/huggingface" % MODELS_MOUNT, "-e", "HF_HUB_DISABLE_TELEMETRY=1"]
     if settings["hf_endpoint"]:
         argv += ["-e", "HF_ENDPOINT=%s" % settings["hf_endpoint"]]
     argv += ["--entrypoint", "python3", settings["image"], STATE_MOUNT + "/bin/fetch_model.py", model_id,
-             "--revision", revision or "main", "--token-file", STATE_MOUNT + "/secrets/hf_token", "--node", name,
+             "--revision", revision or "main", "--token-file", STATE_MOUNT + "/fetch/hf_token", "--node", name,
              "--reserve-bytes", str(disk_reserve_bytes(settings)),
              "--log", STATE_MOUNT + "/logs/model-fetch.log"]
     if settings["model_verify_checksums"]:

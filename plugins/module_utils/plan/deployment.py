@@ -35,7 +35,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nodes a
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import ring as ring_links
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import (
-    STATE_MOUNT, Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
+    Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import (
     canonical_flags, check_flags, check_head, check_inventory, check_model, parallel_sizes, ring_plan, utilization)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.memory import memory, need as memory_need
@@ -49,7 +49,7 @@ def device_paths(settings):
 
 def probe_paths(paths):
     """The folders and files of a node's state the probe looks for (the plan writes what is missing or differs)."""
-    files = ("launcher", "non_carry_over_file", "firewall_rules", "firewall_unit", "firewall_wants", "ring_netplan_copy")
+    files = ("launcher", "non_carry_over_file", "do_not_track_file", "firewall_rules", "firewall_unit", "firewall_wants", "ring_netplan_copy")
     return [f["path"] for f in paths["folders"]] + [paths[k] for k in files] + [firewall.NFT]
 
 
@@ -170,7 +170,7 @@ def plan_deployment(inputs, stage="full"):
     cluster["memory"] = memory(inputs, findings, result["parallel"], flags, result["gpu_memory_utilization"], max_len,
                                {n: result["nodes"][n]["config_hash"] for n in order}, common)
     cluster["canary"] = {"settings": canary.settings(profile), "basis": canary.basis({"cluster": cluster, "model": result["model"]})}
-    cluster["bench"] = bench.target(cluster, result["nodes"][head], profile, max_len, STATE_MOUNT, commands.API_KEY_FILE)
+    cluster["bench"] = bench.target(cluster, result["nodes"][head], profile, max_len, commands.API_KEY_FILE)
     for name in order:  # the supervisor that brings each node back after a boot: the hashes and memory are final now
         result["nodes"][name]["boot"] = boot.plan(settings, inputs["backend"], name, result["nodes"][name], cluster,
                                                   firewall.unit_name(settings["cluster_name"]) if settings["firewall"] else None)
@@ -248,9 +248,10 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     fabric_ip = str(inputs["nodes"][name]["fabric_ip"])
     argv = argv_of(rank)
     if backend == "ray":
-        spec = commands.container_spec(inputs, name, "ray", env, paths, commands.ray_command(inputs, fabric_ip, is_head, cluster["head_ip"]))
+        spec = commands.container_spec(inputs, name, "ray", env, paths, commands.ray_command(inputs, fabric_ip, is_head, cluster["head_ip"]),
+                                       "ray-head" if is_head else "ray-worker")
     else:
-        spec = commands.container_spec(inputs, name, "vllm", env, paths, commands.launch(argv, inputs["code_pins"]))
+        spec = commands.container_spec(inputs, name, "vllm", env, paths, commands.launch(argv, inputs["code_pins"]), "vllm")
     # The image by its ID where known: another name of the same image (the tag an upgrade's rollback plans by) is the
     # same deployment, and a tag moved to another image is not.
     hashed = {"cluster": cluster["hash"], "containers": [dict(spec, image=cluster["image_id"] or spec["image"])]}

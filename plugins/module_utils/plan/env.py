@@ -94,7 +94,9 @@ def common_environment(inputs, parallel, use_roce):
             "RAY_prestart_worker_first_driver": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
         })
-    env["VLLM_CONFIG_ROOT"] = STATE_MOUNT + "/config"  # holds ray_non_carry_over_env_vars.json
+    # Read-only in the containers: holds ray_non_carry_over_env_vars.json and do_not_track, which stops vLLM's usage
+    # report (its thread would write usage_stats.json there, as Ray's is off by RAY_USAGE_STATS_ENABLED).
+    env["VLLM_CONFIG_ROOT"] = STATE_MOUNT + "/config"
     env["HF_HOME"] = MODELS_MOUNT + "/huggingface"
     # The model role has made the weights complete on every node before launch: vLLM never reaches for the hub
     # (a node that would download on its own loads minutes after the others and times them out).

@@ -241,7 +241,7 @@ def state(paths):
 def records(paths):
     """The collection's small JSON records on the node ({path: the record, or None when absent, unreadable or not a
     mapping}). Only a regular file of at most node/command.py's RECORD_BYTES is read (read_record), never through a link: the state folder is mounted
-    into the containers (module_utils/plan/commands.py), so what is there is read as data, with care."""
+    into the containers in part (module_utils/plan/commands.py MOUNTS), so what is there is read as data, with care."""
     return {path: read_record(path) for path in paths}
 
 

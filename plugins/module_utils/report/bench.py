@@ -9,7 +9,6 @@ bench_report action writes the files.
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import json
@@ -52,14 +51,14 @@ def failed_row(point, deployment, reason):
     return entry
 
 
-def rows(points_run, results, runs, deployment):
-    """One row per point: from its result file (``results``: each a {"content": base64} as slurp returns it, or a
-    failure), else a failed row saying why (``runs``: each point's command result)."""
+def rows(points_run, runs, deployment):
+    """One row per point: from the result file its command printed (``runs``: each point's command result), else a
+    failed row saying why."""
     made = []
-    for point, result, run in zip(points_run, results, runs):
+    for point, run in zip(points_run, runs):
         try:
-            made.append(row(json.loads(base64.b64decode(result["content"]).decode("utf-8")), point, deployment))
-        except (KeyError, TypeError, ValueError):
+            made.append(row(json.loads(run["stdout"]), point, deployment))
+        except (AttributeError, KeyError, TypeError, ValueError):
             why = (run.get("msg") if run.get("rc") is None else "vllm bench serve exited %s: %s" % (
                 run.get("rc"), ((run.get("stderr") or "").strip().splitlines() or [""])[-1]))
             made.append(failed_row(point, deployment, why or "no result file"))

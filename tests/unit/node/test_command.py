@@ -1,5 +1,7 @@
 """command: the one way modules run commands: an argv list of strings, in the C locale."""
 
+import os
+
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import command
 
 
@@ -31,3 +33,20 @@ def test_to_file_interleaves_stdout_and_stderr_into_the_file(tmp_path):
     path = tmp_path / "c.log"
     assert command.to_file(["sh", "-c", "echo one; echo two >&2; echo three"], str(path)) == 0
     assert path.read_text() == "one\ntwo\nthree\n"
+
+
+def test_a_log_a_container_wrote_is_copied_only_when_it_is_a_regular_file_never_through_a_link(tmp_path):
+    """Teardown copies the containers' logs out of the folder they write: a link they put there in place of a log
+    (to a host file) is not followed, so root never reads that file into the controller's artifacts."""
+    written, secret = tmp_path / "logs", tmp_path / "shadow"
+    written.mkdir()
+    secret.write_text("root:secret")
+    (written / "vllm.log").write_text("INFO serving\n" * 1000)
+    (written / "model-fetch.log").symlink_to(secret)
+    os.mkfifo(written / "fifo.log")  # would block a plain open
+    assert command.copy_regular(str(written / "vllm.log"), str(tmp_path / "vllm.log"), chunk=7)
+    assert (tmp_path / "vllm.log").read_text() == "INFO serving\n" * 1000
+    assert not command.copy_regular(str(written / "model-fetch.log"), str(tmp_path / "model-fetch.log"))
+    assert not command.copy_regular(str(written / "fifo.log"), str(tmp_path / "fifo.log"))
+    assert not command.copy_regular(str(written / "absent.log"), str(tmp_path / "absent.log"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "shadow", "vllm.log"]

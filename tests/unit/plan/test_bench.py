@@ -1,8 +1,8 @@
 """bench.yml's sweep, rows and summary (module_utils/plan/bench.py); the rows from a result file vllm bench serve wrote on
 the simulated cluster (tests/unit/fixtures/bench/)."""
 
-import base64
 import json
+import subprocess
 import os
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import bench, deployment, profiles
@@ -11,8 +11,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import bench
 from helpers import ROOT, read_fixture, spark_inputs
 
 TARGET = {"container": "dgx-spark-ray-spark1", "base_url": "http://192.168.1.10:8000", "model": "org/m", "served_name": "m",
-          "key_file": "/dgx-spark/secrets/vllm_api_key", "max_model_len": 4096, "result_dir": "/dgx-spark/bench",
-          "result_dir_host": "/var/lib/dgx-spark-vllm/dgx-spark/bench"}
+          "key_file": "/dgx-spark/keys/vllm_api_key", "max_model_len": 4096, "result_dir": "/tmp/dgx-spark-bench"}
 DEPLOYMENT = {"image_id": "sha256:ab", "profile": "p", "config_hash": "h"}
 
 
@@ -21,8 +20,7 @@ def test_the_default_sweep_is_the_write_ups_and_bounded():
     assert [p["concurrency"] for p in sweep["points"]] == [1, 2, 4, 8, 16, 32] and not sweep["errors"]
     assert [p["prompts"] for p in sweep["points"]] == [8, 8, 16, 32, 64, 128]  # 4 per stream, at least 8, at most 128
     assert sweep["points"][0]["name"] == "c1-in1024-out128"
-    assert sweep["dirs"] == {"container": "/dgx-spark/bench/20261124T120000Z", "head": "/var/lib/dgx-spark-vllm/dgx-spark/bench/20261124T120000Z",
-                             "controller": "/inv/.artifacts/bench/20261124T120000Z"}
+    assert sweep["dirs"] == {"container": "/tmp/dgx-spark-bench/20261124T120000Z", "controller": "/inv/.artifacts/bench/20261124T120000Z"}
 
 
 def test_a_sweep_that_would_not_fit_or_run_long_is_refused_naming_the_fix():
@@ -38,11 +36,13 @@ def test_a_sweep_that_would_not_fit_or_run_long_is_refused_naming_the_fix():
         "vllm_bench_concurrency must list numbers of 1 or more, got [0, 2]"]
 
 
-def test_the_key_is_read_inside_the_container_never_in_the_argv():
+def test_the_key_is_read_inside_the_container_never_in_the_argv_and_the_result_is_printed():
     point = bench.sweep(TARGET, {"concurrency": [4]}, "t", None)["points"][0]
-    argv = bench.argv(point, TARGET, "/dgx-spark/bench/20261124T120000Z")
-    assert argv[:4] == ["sh", "-c", 'OPENAI_API_KEY="$(cat "$0")" exec "$@"', "/dgx-spark/secrets/vllm_api_key"]
-    assert argv[4:7] == ["vllm", "bench", "serve"] and "--ignore-eos" in argv
+    argv = bench.argv(point, TARGET, "/tmp/dgx-spark-bench/20261124T120000Z")
+    assert argv[:3] == ["sh", "-c", bench.argv(point, TARGET, "x")[2]] and "OPENAI_API_KEY" not in " ".join(argv[3:])
+    assert argv[4:6] == ["/dgx-spark/keys/vllm_api_key", "/tmp/dgx-spark-bench/20261124T120000Z/c4-in1024-out128.json"]
+    assert argv[6:9] == ["vllm", "bench", "serve"] and "--ignore-eos" in argv
+    assert argv[argv.index("--result-dir") + 1] == "/tmp/dgx-spark-bench/20261124T120000Z"
     assert argv[argv.index("--max-concurrency") + 1] == "4" and argv[argv.index("--num-prompts") + 1] == "16"
     assert argv[argv.index("--served-model-name") + 1] == "m" and argv[argv.index("--result-filename") + 1] == "c4-in1024-out128.json"
 
@@ -50,13 +50,13 @@ def test_the_key_is_read_inside_the_container_never_in_the_argv():
 def test_a_row_is_read_from_the_result_file_vllm_bench_serve_wrote():
     result = json.loads(read_fixture("bench", "sim-tiny-c2-in64-out16.json"))
     point = {"concurrency": 2, "input_len": 64, "output_len": 16, "prompts": 4, "name": "c2-in64-out16"}
-    made = bench_results.rows([point], [{"content": base64.b64encode(json.dumps(result).encode()).decode()}], [{"rc": 0}], DEPLOYMENT)
+    made = bench_results.rows([point], [{"rc": 0, "stdout": json.dumps(result)}], DEPLOYMENT)
     row = made[0]
     assert row["completed"] == result["completed"] == 4 and row["errors"] == 0
     assert row["output_tokens_per_s"] == round(result["output_throughput"], 3) and row["ttft_p99_ms"] == round(result["p99_ttft_ms"], 3)
     assert row["itl_p50_ms"] == round(result["p50_itl_ms"], 3) and row["config_hash"] == "h"
-    missing = bench_results.rows([point], [{"failed": True, "msg": "file not found"}],
-                                 [{"rc": 1, "stderr": "Traceback ...\nConnectionRefusedError: [Errno 111] Connection refused"}], DEPLOYMENT)[0]
+    missing = bench_results.rows([point], [{"rc": 1, "stdout": "", "stderr": "Traceback ...\nConnectionRefusedError: [Errno 111] Connection refused"}],
+                                 DEPLOYMENT)[0]
     assert missing["completed"] == 0 and missing["errors"] == 4 and missing["output_tokens_per_s"] is None
     assert missing["failure"] == "vllm bench serve exited 1: ConnectionRefusedError: [Errno 111] Connection refused"
     text = bench_results.csv_text(made + [missing])
@@ -75,10 +75,10 @@ def test_the_plan_says_where_and_what_to_measure(tmp_path):
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
     plan = deployment.plan_deployment(spark_inputs(m25, tmp_path))
     target = plan["cluster"]["bench"]
-    assert target["container"] == "dgx-spark-ray-spark1" and target["key_file"] == "/dgx-spark/secrets/vllm_api_key"
+    assert target["container"] == "dgx-spark-ray-spark1" and target["key_file"] == "/dgx-spark/keys/vllm_api_key"
     assert target["base_url"] == plan["cluster"]["endpoint"]["local_health_url"][:-len("/health")]
     assert target["max_model_len"] == 4096 and target["decode_bound"] == 97.1 and len(target["published"]) == 2
-    assert target["result_dir"] == "/dgx-spark/bench" and target["result_dir_host"].endswith("/dgx-spark/bench")
+    assert target["result_dir"] == "/tmp/dgx-spark-bench"  # the container's own: root never reads what it wrote on the head
 
 
 def test_a_figure_worse_than_the_previous_runs_beyond_the_share_is_flagged():
@@ -106,3 +106,19 @@ def test_the_report_compares_with_the_newest_earlier_run_of_the_same_profile(tmp
     found = bench_report.previous_run(str(tmp_path), str(tmp_path / "20261124T100000Z"), "p")
     assert found["meta"]["taken_at"] == "20261122T100000Z"
     assert bench_report.previous_run(str(tmp_path), str(tmp_path / "x"), "none") is None
+
+
+def test_the_points_command_prints_only_its_result_and_hands_the_key_to_the_bench_alone(tmp_path):
+    """The point's shell as the head's container runs it, with a stand-in for vllm bench serve that says something and
+    writes its result file where --result-dir points: stdout is the result file, the bench's own output goes to stderr."""
+    key = tmp_path / "key"
+    key.write_text("sk-bench")
+    point = bench.sweep(TARGET, {"concurrency": [1]}, "t", None)["points"][0]
+    result = tmp_path / "run" / (point["name"] + ".json")
+    argv = bench.argv(point, dict(TARGET, key_file=str(key)), str(result.parent))[:6]
+    argv[5] = str(result)
+    stand_in = 'echo "key=$OPENAI_API_KEY"; printf \'{"completed": 4}\' > "%s"' % result
+    done = subprocess.run(argv + ["sh", "-c", stand_in], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and json.loads(done.stdout) == {"completed": 4} and done.stderr.strip() == "key=sk-bench"
+    failed = subprocess.run(argv + ["sh", "-c", "echo refused >&2; exit 3"], capture_output=True, text=True, check=False)
+    assert failed.returncode == 3 and failed.stdout == "" and "refused" in failed.stderr

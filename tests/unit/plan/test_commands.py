@@ -32,9 +32,9 @@ def test_mp_argv_names_rank_master_and_headless_workers():
 
 def test_container_spec_keeps_logs_and_labels_and_takes_the_profile_shm():
     settings = inputs()["settings"]
-    spec = commands.container_spec(inputs(), "spark1", "ray", {"A": "1"}, node_paths(settings, "spark1", "org/m"), ["ray"])
+    spec = commands.container_spec(inputs(), "spark1", "ray", {"A": "1"}, node_paths(settings, "spark1", "org/m"), ["ray"], "ray-head")
     assert spec["name"] == "dgx-spark-ray-spark1" and spec["restart_policy"] == "no" and spec["shm_size"] == "16g"
-    assert spec["volumes"][1] == "/var/lib/dgx-spark-vllm/models:/models:ro"
+    assert spec["volumes"][-1] == "/var/lib/dgx-spark-vllm/models:/models:ro"
     assert spec["labels"]["dgx_spark.vllm.role"] == "ray" and spec["gpus"] == "all"
 
 
@@ -44,7 +44,7 @@ def test_fetch_helper_runs_in_the_image_with_the_token_as_a_file():
                                      node_paths(settings, "spark1", "org/m"), "org/m", None)
     assert argv[:5] == ["docker", "run", "--rm", "--name", "dgx-spark-model-fetch"]
     assert "HF_ENDPOINT=http://mirror:8090" in argv and argv[-1] == "--checksums"
-    assert argv[argv.index("--revision") + 1] == "main" and argv[argv.index("--token-file") + 1] == "/dgx-spark/secrets/hf_token"
+    assert argv[argv.index("--revision") + 1] == "main" and argv[argv.index("--token-file") + 1] == "/dgx-spark/fetch/hf_token"
     assert argv[argv.index("--reserve-bytes") + 1] == str(2 * 1024 ** 3)
 
 
@@ -108,3 +108,22 @@ def test_the_launcher_starts_vllm_only_when_every_pinned_file_is_the_one_pinned(
                                         ("unknown", ())])
 def test_version_parts(text, parts):
     assert commands.version_parts(text) == parts
+
+
+def test_no_container_mounts_the_state_folder_and_only_vllms_log_and_state_are_writable():
+    """Root runs the supervisor's code and loads the firewall's ruleset from the state folder: no container mounts it,
+    only the folders of container/ each kind needs, read-only but for the head's log and state and the fetch's log."""
+    settings = inputs()["settings"]
+    paths = node_paths(settings, "spark1", "org/m")
+    state = paths["state_dir"]
+    mounted = {kind: commands.state_volumes(paths, kind) for kind in commands.MOUNTS}
+    for kind, volumes in mounted.items():
+        for volume in volumes:
+            source, target = volume.split(":")[:2]
+            assert source.startswith(state + "/container/") and target == "/dgx-spark/" + source.rsplit("/", 1)[1], (kind, volume)
+    writable = {kind: sorted(v.split(":")[1] for v in volumes if not v.endswith(":ro")) for kind, volumes in mounted.items()}
+    assert writable == {"ray-head": ["/dgx-spark/logs", "/dgx-spark/run"], "ray-worker": [], "vllm": [], "model-fetch": ["/dgx-spark/logs"]}
+    assert not any("/keys" in v for v in mounted["model-fetch"]) and not any("/fetch" in v for k in ("ray-head", "ray-worker", "vllm")
+                                                                            for v in mounted[k])
+    fetch = commands.model_fetch_argv(inputs(), "spark1", paths, "org/m", None)
+    assert [fetch[i + 1] for i, a in enumerate(fetch) if a == "-v"] == ["/var/lib/dgx-spark-vllm/models:/models"] + mounted["model-fetch"]

@@ -66,7 +66,7 @@ def test_two_deployments_on_the_same_two_nodes_each_get_their_own_names_ports_an
     online = several_plan(tmp_path, offline=False)["key_files"]
     assert online["generated"] == keys + [secrets + "/ray_auth_token"]
     assert online["ray_token"] == {"file": secrets + "/ray_auth_token", "host": "spark1",
-                                   "node_file": "/var/lib/dgx-spark-vllm/dgx-spark-chat/secrets/ray_auth_token"}
+                                   "node_file": "/var/lib/dgx-spark-vllm/dgx-spark-chat/container/keys/ray_auth_token"}
     # memory is summed on both shared nodes: each asks its pool and processes of the same MemAvailable
     shared = plan["shared_nodes"]["spark2"]
     assert shared["deployments"] == ["chat", "coder"] and set(shared["starting"]) == {"chat", "coder"}

@@ -194,8 +194,8 @@ def test_every_ray_container_asks_for_the_token_and_a_new_token_restarts_ray(tmp
     assert plan["cluster"]["ray_token_file"] == "inventories/sparks/.secrets/ray_auth_token"  # beside the clients' key
     for node in plan["nodes"].values():
         env = node["containers"][0]["env"]
-        assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/dgx-spark/secrets/ray_auth_token"
-        assert node["paths"]["ray_token_file"].endswith("/secrets/ray_auth_token")
+        assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/dgx-spark/keys/ray_auth_token"
+        assert node["paths"]["ray_token_file"].endswith("/container/keys/ray_auth_token")
     inputs["ray_token_digest"] = "bbbb"
     again = deployment.plan_deployment(inputs)
     assert all(again["nodes"][n]["config_hash"] != plan["nodes"][n]["config_hash"] for n in plan["nodes"])
@@ -303,7 +303,7 @@ def test_sim_tiny_profile_plans_on_the_simulated_shape(tmp_path):
     spec = plan["nodes"]["spark2"]["containers"][0]
     assert spec["network_mode"] == "container:spark2"
     assert spec["gpus"] is None and spec["devices"] == []
-    assert spec["volumes"][0] == "/sim/spark2/state/dgx-spark:/dgx-spark"
+    assert spec["volumes"][0] == "/sim/spark2/state/dgx-spark/container/config:/dgx-spark/config:ro"  # a worker's first
     assert plan["cluster"]["memory"]["nodes"]["spark1"]["kv_tokens"] == 2097152
 
 
@@ -380,7 +380,7 @@ def test_plan_names_every_path_port_and_url_the_roles_use(tmp_path, m25):
     plan = deployment.plan_deployment(spark_inputs(m25, tmp_path, settings={"port": 9000, "state_dir": "/srv/{node}/state"}))
     head = plan["nodes"]["spark1"]
     assert head["paths"]["state_dir"] == "/srv/spark1/state/dgx-spark"
-    assert head["paths"]["launcher"] == "/srv/spark1/state/dgx-spark/bin/vllm-serve"
+    assert head["paths"]["launcher"] == "/srv/spark1/state/dgx-spark/container/bin/vllm-serve"
     assert head["paths"]["model_dir"].endswith("/huggingface/hub/models--" + m25["model"]["id"].replace("/", "--"))
     assert head["ports"] == [6379, 9000] and plan["nodes"]["spark2"]["ports"] == []
     endpoint = plan["cluster"]["endpoint"]
@@ -532,9 +532,9 @@ def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     first = deployment.plan_deployment(spark_inputs(m25, tmp_path / "a"))
     head = first["nodes"]["spark1"]
     assert [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]] == [
-        "vllm-serve", "ray_non_carry_over_env_vars.json", "baseline.json"]
-    assert json.loads(head["writes"]["files"][1]["content"]) == first["cluster"]["non_carry_over_env_vars"]
-    assert "key_file=/dgx-spark/secrets/vllm_api_key" in head["writes"]["files"][0]["content"]
+        "vllm-serve", "do_not_track", "ray_non_carry_over_env_vars.json", "baseline.json"]
+    assert json.loads(head["writes"]["files"][2]["content"]) == first["cluster"]["non_carry_over_env_vars"]
+    assert "key_file=/dgx-spark/keys/vllm_api_key" in head["writes"]["files"][0]["content"]
     # vLLM starts (nothing runs yet): the memory each node has now is its baseline for teardown (fact 3)
     assert json.loads(baseline(head)["content"])["mem_available_bytes"] == spark_inputs(m25, tmp_path)["nodes"]["spark1"][
         "memory"]["mem_available_bytes"]
