@@ -123,7 +123,7 @@ def test_no_container_mounts_the_state_folder_and_only_vllms_log_and_state_are_w
             assert source.startswith(state + "/container/") and target == "/dgx-spark/" + source.rsplit("/", 1)[1], (kind, volume)
     writable = {kind: sorted(v.split(":")[1] for v in volumes if not v.endswith(":ro")) for kind, volumes in mounted.items()}
     assert writable == {"ray-head": ["/dgx-spark/logs", "/dgx-spark/run"], "ray-worker": [], "vllm": [], "model-fetch": ["/dgx-spark/logs"]}
-    assert not any("/keys" in v for v in mounted["model-fetch"]) and not any("/fetch" in v for k in ("ray-head", "ray-worker", "vllm")
-                                                                            for v in mounted[k])
+    assert not any("/keys" in v for v in mounted["model-fetch"])
+    assert not any("/fetch" in v for k in ("ray-head", "ray-worker", "vllm") for v in mounted[k])
     fetch = commands.model_fetch_argv(inputs(), "spark1", paths, "org/m", None)
     assert [fetch[i + 1] for i, a in enumerate(fetch) if a == "-v"] == ["/var/lib/dgx-spark-vllm/models:/models"] + mounted["model-fetch"]
