@@ -247,6 +247,36 @@ def test_ray_refuses_a_client_without_its_token_even_on_the_nodes_loopback(clien
         assert "RAY_AUTH_MODE=token" in attrs["Config"]["Env"] and secret not in json.dumps(attrs), name
 
 
+STATE = "/var/lib/dgx-spark-vllm/dgx-spark"
+# What root runs, loads or trusts on a node, each from the state folder (docs/security.md)
+ROOTS_FILES = [STATE + "/boot/plan.json", STATE + "/boot/lib", STATE + "/config/firewall.nft", STATE + "/config/last-known-good.json",
+               STATE + "/config/canary-reference.json", STATE + "/run/baseline.json", STATE + "/secrets"]
+TRY_WRITES = "for d in $(find / -xdev -mindepth 1 -maxdepth 1 -type d) /dgx-spark/* /models; do " \
+             "if touch \"$d/.dgx-w\" 2>/dev/null; then rm -f \"$d/.dgx-w\"; echo \"$d\"; fi; done"
+
+
+def test_a_container_sees_only_its_folders_and_writes_only_its_log_and_state(client):
+    """Read from the running containers, not from the plan: every mount Docker reports for each of the cluster's
+    containers, and a write tried in every folder under /dgx-spark and /models (as the model's code would, as root).
+    No container mounts the state folder or what of it root runs, loads or trusts; only the head's log and state
+    folders take a write."""
+    for node, name in (("sim-head", HEAD_RAY), ("sim-worker1", WORKER_RAY)):
+        container = node_docker(node).containers.get(name)
+        mounts = container.attrs["Mounts"]
+        for mount in mounts:
+            for path in ROOTS_FILES + [STATE]:
+                assert not (path + "/").startswith(mount["Source"].rstrip("/") + "/"), (name, mount["Source"], path)
+        written = [d for d in container.exec_run(["sh", "-c", TRY_WRITES]).output.decode().split() if d.startswith(("/dgx-spark/", "/models"))]
+        expected = ["/dgx-spark/logs", "/dgx-spark/run"] if node == "sim-head" else []
+        assert written == expected, (name, written)
+        assert sorted(m["Destination"] for m in mounts if m["RW"] and m["Destination"].startswith(("/dgx-spark", "/models"))) == expected
+        seen = container.exec_run(["ls", "/dgx-spark"]).output.decode().split()
+        assert seen == (["bin", "config", "keys", "logs", "run"] if node == "sim-head" else ["config", "keys"]), (name, seen)
+        keys = container.exec_run(["ls", "/dgx-spark/keys"]).output.decode().split()
+        assert keys == (["ray_auth_token", "vllm_api_key"] if node == "sim-head" else ["ray_auth_token"]), (name, keys)
+    assert chat() == 200
+
+
 def test_a_flushed_firewall_is_named_refuses_every_start_and_the_next_serve_loads_it_alone(client):
     """nft flush ruleset on a serving head: Ray's ports answer this machine; status.yml names the node, its supervisor
     refuses to start anything (fail closed), and serve.yml loads the table again with no other change."""

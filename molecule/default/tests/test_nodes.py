@@ -90,7 +90,7 @@ def test_the_ray_cluster_has_every_node_with_one_gpu(head, plan):
 
 def test_the_kv_capacity_is_the_plans_within_5_percent(head, plan):
     name, host = head
-    log = host.check_output("cat %s/logs/vllm.log" % plan["nodes"][name]["state_dir"])
+    log = host.check_output("cat %s/container/logs/vllm.log" % plan["nodes"][name]["state_dir"])
     logged = int(re.search(r"KV cache size: ([0-9,]+) tokens", log).group(1).replace(",", ""))
     planned = int(plan["cluster"]["memory"]["nodes"][name]["kv_tokens"])
     assert abs(logged - planned) <= 0.05 * logged, (planned, logged)

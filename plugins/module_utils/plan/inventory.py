@@ -81,6 +81,7 @@ def check_inventory(inputs, findings):
                            "serve on one GPU. The collection runs vllm serve inside the head's container; remove it" % value)
     check_secrets(inputs, findings)
     check_flags(inputs, findings)
+    check_volumes(inputs, findings)
     name = settings["cluster_name"]
     if not CLUSTER_NAME.match(str(name)):
         findings.error("all", name, "vllm_cluster_name %r is not a valid cluster name: it names containers, folders and the firewall "
@@ -95,6 +96,32 @@ def check_inventory(inputs, findings):
             findings.error("all", value, "%s %d is not a TCP port (1-65535)" % (key, value))
     if len(set(ports.values())) < len(ports):
         findings.error("all", ports, "vllm_port, the Ray port and the master port must differ, got %s" % ports)
+
+
+# Host paths no container may mount, with what reaches the host's root through them. The state folder: root runs the
+# supervisor's code and loads the firewall's ruleset from it (containers get only its container/ folders). Docker's
+# socket: whoever talks to it is root.
+HOST_ONLY = {"/var/run/docker.sock": "Docker's socket (whoever talks to it is root on the node)",
+             "/run/docker.sock": "Docker's socket (whoever talks to it is root on the node)"}
+
+
+def check_volumes(inputs, findings):
+    """A profile's container.extra_volumes must not reach the state folder, a folder holding it, or Docker's socket."""
+    settings = inputs["settings"]
+    only = dict(HOST_ONLY)
+    for node in inputs.get("order") or [None]:
+        state = str(settings.get("state_dir") or "").replace("{node}", node or "")
+        if state.startswith("/"):
+            only[posixpath.normpath(state)] = "the state folder (root runs the supervisor's code and loads the firewall from it)"
+    for volume in (inputs["profile"].get("container") or {}).get("extra_volumes") or []:
+        source = posixpath.normpath(str(volume).split(":", 1)[0])
+        if not source.startswith("/"):
+            continue  # a named volume of Docker's
+        for path, what in sorted(only.items()):
+            if path == source or path.startswith(source.rstrip("/") + "/") or source.startswith(path + "/"):
+                findings.error("all", volume, "profile %s: container.extra_volumes mounts %s, which reaches %s at %s: the model's "
+                               "code runs as root in the container. Mount another folder" % (inputs["profile"].get("name"), source, what, path))
+                break
 
 
 def flag_sources(inputs):

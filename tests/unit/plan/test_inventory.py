@@ -106,3 +106,25 @@ def test_pipeline_parallelism_across_nodes_is_refused_with_ray_unless_accepted()
     findings = Findings()
     inventory.parallel_sizes(inputs(), findings)
     assert findings.errors == [] and findings.warnings == []
+
+
+@pytest.mark.parametrize("volume,source,reached", [
+    ("/var/lib/dgx-spark-vllm:/state", "/var/lib/dgx-spark-vllm", "the state folder"),
+    ("/var/lib/dgx-spark-vllm/dgx-spark/boot:/boot", "/var/lib/dgx-spark-vllm/dgx-spark/boot", "the state folder"),
+    ("/var/lib:/x:ro", "/var/lib", "the state folder"),
+    ("/:/host", "/", "Docker's socket"),
+    ("/var/run/docker.sock:/var/run/docker.sock", "/var/run/docker.sock", "Docker's socket"),
+    ("/run/:/hostrun", "/run", "Docker's socket"),
+    ("/srv/s2/state/../state:/s", "/srv/s2/state", "the state folder"),
+])
+def test_an_extra_volume_that_reaches_what_root_runs_is_refused(volume, source, reached):
+    profile = {"name": "p", "parallel": {"tensor": 2, "nodes": 2}, "container": {"extra_volumes": [volume]}}
+    settings = normalize_settings({"state_dir": "/srv/{node}/state"} if volume.startswith("/srv") else {})
+    found = messages(inputs(profile=profile, settings=settings))
+    assert len(found) == 1 and "profile p: container.extra_volumes mounts %s, which reaches %s" % (source, reached) in found[0], found
+
+
+def test_other_extra_volumes_pass():
+    profile = {"name": "p", "parallel": {"tensor": 2, "nodes": 2}, "container": {"extra_volumes": [
+        "/opt/cache:/root/.cache", "/var/lib/dgx-spark-vllm-other:/x", "hf-cache:/root/.cache/huggingface", "/etc/localtime:/etc/localtime:ro"]}}
+    assert messages(inputs(profile=profile)) == []
