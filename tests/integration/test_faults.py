@@ -64,7 +64,7 @@ def supervisor(node, state=None, seconds=60):
     """The node's supervisor's status file (module_utils/plan/boot.py); with ``state``, waited for until it says so."""
     deadline = time.monotonic() + seconds
     while True:
-        status = json.loads(node_docker_exec(node, ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/boot/status.json"]))
+        status = json.loads(node_docker_exec(node, ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/boot/status/status.json"]))
         if state is None or status.get("state") == state or time.monotonic() > deadline:
             assert state is None or status.get("state") == state, status
             return status
@@ -475,7 +475,16 @@ def test_a_worker_container_missing_a_variable_is_recreated_by_the_next_run(clie
 
 
 def test_foreign_programs_on_our_ports_are_refused_and_page_cache_is_dropped(client):
+    # As the model's code could, from inside the head's Ray container: in the folders it writes, a link named as a log
+    # to a host file root alone reads, and files named as what root runs or loads. Teardown copies the logs to the
+    # controller: never the link's target.
+    plant = "ln -s /etc/shadow /dgx-spark/logs/planted.log && for f in apply plan.json firewall.nft; do echo 'touch /planted-ran' > /dgx-spark/run/$f; done"
+    assert head().containers.get(HEAD_RAY).exec_run(["sh", "-c", plant]).exit_code == 0
     playbook("teardown", log="faults-teardown-for-port", check=True)
+    kept = os.path.join(SIM, ".artifacts", "logs", "sim-head")
+    assert os.path.isfile(os.path.join(kept, "vllm.log")) and not os.path.lexists(os.path.join(kept, "planted.log"))
+    on_host = node_docker_exec("sim-head", ["sh", "-c", "test ! -e /planted-ran && ls " + STATE + "/logs"]).split()
+    assert "vllm.log" in on_host and "planted.log" not in on_host, on_host  # nothing planted ran; the link was not followed
     sim("faults-sim-foreign", {"stale_ray": ["sim-head"], "foreign_port": {"sim-head": 8100}})
     time.sleep(3)
     rc, out = playbook("serve", "-e", "vllm_port=8100", log="faults-serve-port")  # a vllm_port of the user's choice
@@ -624,7 +633,7 @@ def supervisor_did(node, what, seconds, since):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            status = json.loads(node_docker_exec(node, ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/boot/status.json"]))
+            status = json.loads(node_docker_exec(node, ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/boot/status/status.json"]))
             found = [e["what"] for e in status.get("events") or [] if e["what"].startswith(what) and e["at"] > since]
             if found:
                 return found[-1]

@@ -116,9 +116,10 @@ class Supervisor:
         stale = [(path, content, mode) for path, content, mode in files if read_text(path) != content]
         hold = holder is not None
         relink = enabled != linked
-        start = enabled and (not running or any(path.endswith(".py") for path, dummy, dummy2 in stale))
+        legacy = running and bool(where.get("legacy_status")) and os.path.lexists(where["legacy_status"]) and not os.path.exists(where["status"])
+        start = enabled and (not running or legacy or any(path.endswith(".py") for path, dummy, dummy2 in stale))
         stop = running and not enabled
-        result = {"changed": bool(stale) or relink or hold != held or start or stop,
+        result = {"changed": bool(stale) or relink or hold != held or start or stop or legacy,
                   "written": [path for path, dummy, dummy2 in stale],
                   "diff": {"before": {"plan": read_text(where["config"]), "at_boot": linked, "held": held},
                            "after": {"plan": files[0][1], "at_boot": enabled, "held": hold or held}}}
@@ -128,6 +129,7 @@ class Supervisor:
             self.write_hold(holder)
         for path, content, mode in stale:
             supervisor.write_text(path, content, mode)
+        os.makedirs(os.path.dirname(where["status"]), mode=0o755, exist_ok=True)  # the one folder its unit lets it write
         if relink and enabled:
             os.makedirs(os.path.dirname(where["wants"]), exist_ok=True)
             os.symlink(where["unit"], where["wants"])
@@ -146,6 +148,8 @@ class Supervisor:
             self.start(restart=running)
         elif held and not hold:
             self.wake()
+        if where.get("legacy_status") and os.path.lexists(where["legacy_status"]) and (stop or start):
+            os.remove(where["legacy_status"])  # the supervisor an earlier release started, which wrote it, is gone
         return result
 
     def vouch(self, hold):
@@ -164,8 +168,8 @@ class Supervisor:
     def installed(self):
         """The supervisor's files on the node, and whether its code folder is there."""
         where = self.where
-        present = [p for p in (where["wants"], where["unit"], where["config"], where["status"], where["hold"], where.get("verified"))
-                   if p and os.path.lexists(p)]
+        present = [p for p in (where["wants"], where["unit"], where["config"], where["status"], where["hold"], where.get("verified"),
+                               where.get("legacy_status")) if p and os.path.lexists(p)]
         return present, os.path.isdir(where["lib"])
 
     def remove(self):
@@ -180,9 +184,9 @@ class Supervisor:
             for name in files:
                 os.remove(os.path.join(root, name))
             os.rmdir(root)
-        folder = os.path.dirname(self.where["config"])
-        if os.path.isdir(folder) and not os.listdir(folder):  # the folder it made, unless something else is in it
-            os.rmdir(folder)
+        for folder in (os.path.dirname(self.where["status"]), os.path.dirname(self.where["config"])):
+            if os.path.isdir(folder) and not os.listdir(folder):  # the folders it made, unless something else is in them
+                os.rmdir(folder)
         if self.systemd:
             self.systemctl("daemon-reload")
         return True

@@ -26,13 +26,17 @@ def supervisor_pid(status, config_path):
 
 
 def read_status(where):
-    """The supervisor's status file (state, detail, since, events, pid), or None when there is none or it is broken."""
-    try:
-        with open(where["status"], encoding="utf-8") as handle:
-            status = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return status if isinstance(status, dict) else None
+    """The supervisor's status file (state, detail, since, events, pid), or None when there is none or it is broken.
+    Where there is none, the one an earlier release kept beside its plan (``legacy_status``): a supervisor started then
+    still writes it, until the next install stops it."""
+    for path in (where["status"], where.get("legacy_status")):
+        try:
+            with open(path or "", encoding="utf-8") as handle:
+                status = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        return status if isinstance(status, dict) else None
+    return None
 
 
 def supervisor_running(where, name, run):

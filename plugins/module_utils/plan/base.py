@@ -151,6 +151,7 @@ def node_paths(settings, node, model_id):
         + [{"path": models, "mode": "0755"}],
         "container_dir": state + "/container",  # what containers mount (container_mounts); nothing else of <state> is
         "logs_dir": state + "/logs",             # the teardown's copies of every log, out of the containers' reach
+        "container_logs_dir": state + "/container/logs",  # the logs the containers write (vLLM's, the fetch's)
         "non_carry_over_file": state + "/container/config/ray_non_carry_over_env_vars.json",
         "do_not_track_file": state + "/container/config/do_not_track",  # VLLM_CONFIG_ROOT: no usage report
         "launcher": state + "/container/bin/vllm-serve",

@@ -49,12 +49,14 @@ def unit_name(cluster):
 
 def paths(state_dir, cluster):
     """Where the supervisor's files are on a node: its unit, its copy of the code, its plan, its status, the hold, and
-    the vLLM its release found verified (the playbook's endpoint check and canary asked it: not asked again)."""
+    the vLLM its release found verified (the playbook's endpoint check and canary asked it: not asked again). The
+    status has a folder of its own: the only one the unit lets the daemon write (``unit``). ``legacy_status``: where
+    releases before it kept the status, read to find and stop a supervisor started then."""
     name = unit_name(cluster)
     return {"unit": "%s/%s" % (UNIT_DIR, name), "wants": "%s/multi-user.target.wants/%s" % (UNIT_DIR, name),
             "lib": state_dir + "/boot/lib", "config": state_dir + "/boot/plan.json",
-            "status": state_dir + "/boot/status.json", "hold": state_dir + "/boot/hold",
-            "verified": state_dir + "/boot/verified.json"}
+            "status": state_dir + "/boot/status/status.json", "hold": state_dir + "/boot/hold",
+            "verified": state_dir + "/boot/verified.json", "legacy_status": state_dir + "/boot/status.json"}
 
 
 def lib_paths(where):
@@ -110,8 +112,19 @@ def command(where):
     return ["/usr/bin/env", "PYTHONPATH=" + where["lib"], "python3", "-m", PACKAGE + "." + DAEMON, where["config"]]
 
 
+# The daemon's sandbox: it runs docker's CLI (a socket, no file written), nft's listing (netlink), nvidia-smi (its
+# devices, so no PrivateDevices) and HTTP to the node's own endpoint, reads its plan, the key and the canary's
+# reference, and writes its status alone. Defence in depth: whoever holds Docker's socket is root all the same; what
+# keeps its code and plan out of a container's reach is that no container mounts them (plan/commands.py MOUNTS).
+HARDENING = ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only", "PrivateTmp=yes", "ProtectKernelTunables=yes",
+             "ProtectKernelModules=yes", "ProtectKernelLogs=yes", "ProtectControlGroups=yes", "RestrictSUIDSGID=yes",
+             "RestrictRealtime=yes", "RestrictNamespaces=yes", "LockPersonality=yes", "SystemCallArchitectures=native",
+             "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK", "UMask=0077", "Environment=PYTHONDONTWRITEBYTECODE=1")
+
+
 def unit(cluster, where, firewall_unit=None):
-    """The systemd unit: after Docker (and the firewall's unit, which loads the table before Docker starts)."""
+    """The systemd unit: after Docker (and the firewall's unit, which loads the table before Docker starts), sandboxed
+    (HARDENING), writing only its status folder."""
     after = "local-fs.target docker.service network-online.target nftables.service" + (" " + firewall_unit if firewall_unit else "")
     return "\n".join([
         "# Written by dgx_spark.vllm for cluster %s; removed by teardown.yml." % cluster,
@@ -125,6 +138,8 @@ def unit(cluster, where, firewall_unit=None):
         "ExecStart=" + " ".join(command(where)),
         "Restart=on-failure",
         "RestartSec=5",
+        "ReadWritePaths=" + where["status"].rsplit("/", 1)[0]]
+        + list(HARDENING) + [
         "",
         "[Install]",
         "WantedBy=multi-user.target",

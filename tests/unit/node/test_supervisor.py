@@ -3,6 +3,8 @@ from what the node shows (captured probe outputs: a GB10's meminfo, Ray's state 
 
 import json
 import os
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -247,7 +249,8 @@ def test_the_supervisor_ends_when_teardown_removed_its_plan(tmp_path):
 def module_boot(tmp_path):
     where = {"unit": str(tmp_path / "etc/dgx.service"), "wants": str(tmp_path / "etc/wants/dgx.service"),
              "lib": str(tmp_path / "state/boot/lib"), "config": str(tmp_path / "state/boot/plan.json"),
-             "status": str(tmp_path / "state/boot/status.json"), "hold": str(tmp_path / "state/boot/hold")}
+             "status": str(tmp_path / "state/boot/status/status.json"), "hold": str(tmp_path / "state/boot/hold"),
+             "legacy_status": str(tmp_path / "state/boot/status.json")}
     config = {"cluster": "t", "node": "n", "hold": where["hold"], "status": where["status"], "interval": 1,
               "memory": {"need_available_bytes": None, "unaccounted_limit_bytes": 8 * boot.GIB}, "steps": []}
     return {"enabled": True, "unit_name": "dgx.service", "paths": where, "unit": boot.unit("t", where), "config": config}
@@ -487,3 +490,45 @@ def test_without_its_firewall_table_the_node_starts_nothing_and_says_why():
     assert not any(c[1] in ("start", "restart") or c[:3] == ["docker", "exec", "-d"] for c in node.calls)
     node.table = listing
     assert supervisor.look(config, node, {}) == ("starting", "container head runs", "started container head")
+
+
+@pytest.mark.skipif(os.path.isdir("/run/systemd/system"), reason="the module would use this machine's systemd")
+def test_a_supervisor_an_earlier_release_started_is_stopped_and_its_status_removed(tmp_path):
+    """Releases before the status folder kept status.json beside the plan. On a node without systemd, the supervisor
+    they started still runs and writes it: the next install finds it there, restarts it (one supervisor, never two)
+    and removes the old file."""
+    spec = module_boot(tmp_path)
+    where = spec["paths"]
+    earlier = dict(spec, paths={k: v for k, v in where.items() if k != "legacy_status"})
+    earlier["paths"]["status"] = where["legacy_status"]
+    earlier["config"] = dict(spec["config"], status=where["legacy_status"])
+    run_module("vllm_boot", {"boot": earlier})
+    try:
+        old_pid = json.loads(open(where["legacy_status"]).read())["pid"]
+        now = run_module("vllm_boot", {"boot": spec})
+        assert now["changed"] and now["running"] and not os.path.lexists(where["legacy_status"])
+        assert not os.path.exists("/proc/%s" % old_pid) or "supervisor" not in open("/proc/%s/cmdline" % old_pid).read()
+        new_pid = json.loads(open(where["status"]).read())["pid"]
+        assert new_pid != old_pid and not run_module("vllm_boot", {"boot": spec})["changed"]
+    finally:
+        run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})
+    assert not os.path.exists(tmp_path / "state/boot")
+
+
+def test_the_unit_is_sandboxed_and_writes_only_its_status_folder(tmp_path):
+    """The unit's sandbox (boot.HARDENING) and its one writable folder; systemd itself parses the unit where it is
+    installed (systemd-analyze verify; the simulated nodes run no systemd, so only this proves the text)."""
+    made = plan(tmp_path)
+    node = made["nodes"][made["head"]]["boot"]
+    lines = node["unit"].splitlines()
+    assert "ReadWritePaths=" + os.path.dirname(node["paths"]["status"]) in lines
+    assert os.path.dirname(node["paths"]["status"]) != os.path.dirname(node["paths"]["config"])  # its plan and code stay read-only
+    for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only", "PrivateTmp=yes", "UMask=0077"):
+        assert line in lines
+    assert not [line for line in lines if line.startswith(("PrivateDevices", "DevicePolicy", "ProtectClock"))]  # nvidia-smi's devices
+    analyze = shutil.which("systemd-analyze")
+    if analyze:
+        unit_file = tmp_path / "dgx-spark-vllm-serve-dgx-spark.service"
+        unit_file.write_text(node["unit"])
+        done = subprocess.run([analyze, "verify", "--man=no", str(unit_file)], capture_output=True, text=True, check=False)
+        assert str(unit_file) not in done.stderr, done.stderr  # a line it cannot parse is named ("Failed to parse ...")
