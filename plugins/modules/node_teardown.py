@@ -257,7 +257,7 @@ def main():
         rc, out, err = runner(td.remove_argv(docker, names))
         if rc != 0:
             module.fail_json(msg="%s: docker rm %s failed: %s" % (p["node"], " ".join(names), (err or out).strip()), **result)
-    if p["vllm_state_file"] and os.path.exists(p["vllm_state_file"]):
+    if p["vllm_state_file"] and os.path.lexists(p["vllm_state_file"]):
         os.unlink(p["vllm_state_file"])
         result["changed"] = True
     if p["container_logs_dir"] and os.path.isdir(p["container_logs_dir"]):

@@ -109,6 +109,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+removed:
+  description:
+    - What was in the supervisor's code folder beside its copied sources (a file or link an earlier release's
+      containers could plant there), removed (or that would be).
+  type: list
+  elements: str
+  returned: when the supervisor is installed
 written:
   description: The supervisor's files written (or that would be).
   returned: always
@@ -178,7 +185,7 @@ def main():
     elif state in ("present", "held"):
         done = sup.install(params["holder"] if state == "held" else None, module.check_mode,
                            verified=params["verified"] and state == "present")
-        result.update(changed=done["changed"], written=done["written"])
+        result.update(changed=done["changed"], written=done["written"], removed=done.get("removed") or [])
         if module._diff:
             result["diff"] = done["diff"]
         if params["record"] and state == "present":

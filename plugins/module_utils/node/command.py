@@ -33,33 +33,68 @@ def read_text(path):
 RECORD_BYTES = 1 << 20
 
 
-def read_small(path, limit=RECORD_BYTES):
-    """A small regular file's text, never through a link (the state folder is mounted into the containers: what is there
-    is read as data, with care), or None when it is absent, not a regular file, larger than ``limit`` or unreadable."""
+def open_regular(path):
+    """``path`` opened for reading when it is a regular file, else None: never through a link, and a device or a FIFO
+    is never opened (a container that can write a folder can also make a device node there, and opening some, such
+    as a watchdog, acts). Looked at first without opening it (O_PATH), then opened again through that same file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if stat.S_ISREG(info.st_mode) and info.st_size <= limit:
+        looked = os.open(path, os.O_PATH | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(looked).st_mode):
+            return None
+        return os.fdopen(os.open("/proc/self/fd/%d" % looked, os.O_RDONLY), "rb")
+    except OSError:
+        return None
+    finally:
+        os.close(looked)
+
+
+def create(path, mode=0o640):
+    """``path`` made anew for writing, never through a link: what was there (a file, or a link planted in its place) is
+    removed by name first."""
+    if os.path.lexists(path):
+        os.unlink(path)
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode), "wb")
+
+
+def read_small(path, limit=RECORD_BYTES):
+    """A small regular file's text, never through a link (what containers write is read as data, with care), or None
+    when it is absent, not a regular file, larger than ``limit`` or unreadable."""
+    handle = open_regular(path)
+    if handle is None:
+        return None
+    with handle:
+        try:
+            if os.fstat(handle.fileno()).st_size <= limit:
                 return handle.read(limit).decode("utf-8")
-    except (OSError, ValueError):
-        pass
+        except (OSError, ValueError):
+            pass
     return None
 
 
-def copy_regular(source, dest, chunk=1 << 20):
-    """Copy ``source`` to ``dest`` when it is a regular file, never through a link (a folder containers write: what
-    is there is theirs to replace with a link to any host file). Returns whether it was copied."""
-    try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+COPY_BYTES = 256 << 20
+
+
+def copy_regular(source, dest, chunk=1 << 20, limit=COPY_BYTES):
+    """Copy ``source`` to ``dest`` when it is a regular file (open_regular), its last ``limit`` bytes at most, into a
+    file made anew (create): a folder containers write is theirs to fill with links, devices or a sparse file of any
+    size. Returns whether it was copied."""
+    handle = open_regular(source)
+    if handle is None:
         return False
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return False
-        with open(dest, "wb") as out:
-            for block in iter(lambda: handle.read(chunk), b""):
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            handle.seek(size - limit)
+        with create(dest) as out:
+            left = limit
+            for block in iter(lambda: handle.read(min(chunk, left)), b""):
                 out.write(block)
+                left -= len(block)
+                if left <= 0:
+                    break
     return True
 
 
@@ -97,7 +132,7 @@ def collect(proc):
 def to_file(argv, path):
     """Run ``argv`` with its stdout and stderr, interleaved as they come, written to ``path``; return its rc. For output
     too large to hold (a container's log)."""
-    with open(path, "wb") as handle:
+    with create(path) as handle:
         return subprocess.call([str(arg) for arg in argv], stdout=handle, stderr=subprocess.STDOUT, env=dict(os.environ, **C_LOCALE))
 
 

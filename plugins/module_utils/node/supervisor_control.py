@@ -114,19 +114,22 @@ class Supervisor:
         linked, held, running = os.path.islink(where["wants"]), os.path.exists(where["hold"]), self.running()
         files = boot.files(self.plan)  # boot imports every module it copies, so AnsiballZ carries them all
         stale = [(path, content, mode) for path, content, mode in files if read_text(path) != content]
+        strays = self.strays()
         hold = holder is not None
         relink = enabled != linked
         legacy = running and bool(where.get("legacy_status")) and os.path.lexists(where["legacy_status"]) and not os.path.exists(where["status"])
-        start = enabled and (not running or legacy or any(path.endswith(".py") for path, dummy, dummy2 in stale))
+        start = enabled and (not running or legacy or bool(strays) or any(path.endswith(".py") for path, dummy, dummy2 in stale))
         stop = running and not enabled
-        result = {"changed": bool(stale) or relink or hold != held or start or stop or legacy,
-                  "written": [path for path, dummy, dummy2 in stale],
+        result = {"changed": bool(stale) or relink or hold != held or start or stop or legacy or bool(strays),
+                  "written": [path for path, dummy, dummy2 in stale], "removed": strays,
                   "diff": {"before": {"plan": read_text(where["config"]), "at_boot": linked, "held": held},
                            "after": {"plan": files[0][1], "at_boot": enabled, "held": hold or held}}}
         if not result["changed"] or check:
             return result
         if hold and not held:
             self.write_hold(holder)
+        for path in strays:
+            os.unlink(path)
         for path, content, mode in stale:
             supervisor.write_text(path, content, mode)
         os.makedirs(os.path.dirname(where["status"]), mode=0o755, exist_ok=True)  # the one folder its unit lets it write
@@ -148,8 +151,10 @@ class Supervisor:
             self.start(restart=running)
         elif held and not hold:
             self.wake()
-        if where.get("legacy_status") and os.path.lexists(where["legacy_status"]) and (stop or start):
-            os.remove(where["legacy_status"])  # the supervisor an earlier release started, which wrote it, is gone
+        legacy_status = where.get("legacy_status")
+        if legacy_status and os.path.lexists(legacy_status) and not supervisor_state.supervisor_pid(
+                supervisor_state.read_status({"status": legacy_status}), where["config"]):
+            os.remove(legacy_status)  # the supervisor an earlier release started, which wrote it, is gone
         return result
 
     def vouch(self, hold):
@@ -161,6 +166,18 @@ class Supervisor:
                     supervisor.write_text(self.where["verified"], json.dumps(
                         {"pgid": state["pgid"], "started_at": state.get("started_at"),
                          "by": (hold or "").split(" since ")[0].strip() or "a playbook"}) + "\n")
+
+    def strays(self):
+        """What is in its code folder that is not its copy of the code (the supervisor imports from that folder as root:
+        a file an earlier release's containers could write there, a ``sitecustomize.py`` or a module named as one of
+        the standard library's, would run). Links are listed, never followed."""
+        lib, ours = self.where["lib"], set(boot.lib_paths(self.where))
+        if os.path.islink(lib):
+            return [lib]
+        found = []
+        for root, folders, names in os.walk(lib):  # does not descend into a link to a folder
+            found += [os.path.join(root, n) for n in names + [f for f in folders if os.path.islink(os.path.join(root, f))]]
+        return sorted(path for path in found if path not in ours)
 
     def running(self):
         return supervisor_state.supervisor_running(self.where, self.plan["unit_name"], self.run)

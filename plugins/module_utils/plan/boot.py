@@ -108,8 +108,9 @@ def install_changes(boot_plan, found, running=None):
 
 
 def command(where):
-    """The supervisor's command line (the unit's ExecStart): Python with the copied modules on its path."""
-    return ["/usr/bin/env", "PYTHONPATH=" + where["lib"], "python3", "-m", PACKAGE + "." + DAEMON, where["config"]]
+    """The supervisor's command line (the unit's ExecStart): Python with the copied modules on its path, writing no
+    bytecode beside them (its code folder holds exactly the copied sources: Supervisor.strays)."""
+    return ["/usr/bin/env", "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH=" + where["lib"], "python3", "-m", PACKAGE + "." + DAEMON, where["config"]]
 
 
 # The daemon's sandbox: it runs docker's CLI (a socket, no file written), nft's listing (netlink), nvidia-smi (its
@@ -119,13 +120,14 @@ def command(where):
 HARDENING = ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-only", "PrivateTmp=yes", "ProtectKernelTunables=yes",
              "ProtectKernelModules=yes", "ProtectKernelLogs=yes", "ProtectControlGroups=yes", "RestrictSUIDSGID=yes",
              "RestrictRealtime=yes", "RestrictNamespaces=yes", "LockPersonality=yes", "SystemCallArchitectures=native",
-             "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK", "UMask=0077", "Environment=PYTHONDONTWRITEBYTECODE=1")
+             "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK", "UMask=0077")
 
 
 def unit(cluster, where, firewall_unit=None):
     """The systemd unit: after Docker (and the firewall's unit, which loads the table before Docker starts), sandboxed
     (HARDENING), writing only its status folder."""
-    after = "local-fs.target docker.service network-online.target nftables.service" + (" " + firewall_unit if firewall_unit else "")
+    after = ("local-fs.target docker.service network-online.target nftables.service nvidia-persistenced.service"
+             + (" " + firewall_unit if firewall_unit else ""))
     return "\n".join([
         "# Written by dgx_spark.vllm for cluster %s; removed by teardown.yml." % cluster,
         "[Unit]",

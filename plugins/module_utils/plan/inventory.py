@@ -101,24 +101,40 @@ def check_inventory(inputs, findings):
 # Host paths no container may mount, with what reaches the host's root through them. The state folder: root runs the
 # supervisor's code and loads the firewall's ruleset from it (containers get only its container/ folders). Docker's
 # socket: whoever talks to it is root.
-HOST_ONLY = {"/var/run/docker.sock": "Docker's socket (whoever talks to it is root on the node)",
-             "/run/docker.sock": "Docker's socket (whoever talks to it is root on the node)"}
+SOCKET = "the container runtime's socket (whoever talks to it is root on the node)"
+HOST_ONLY = {"/var/run/docker.sock": SOCKET, "/run/docker.sock": SOCKET, "/run/containerd/containerd.sock": SOCKET,
+             "/var/lib/docker": "Docker's own data (every container's files)"}
+
+
+def host_path(text):
+    """A host path as the kernel reads it: repeated slashes are one (normpath keeps two leading ones)."""
+    return posixpath.normpath(re.sub("/+", "/", str(text)))
+
+
+def overlaps(one, other):
+    return one == other or one.startswith(other.rstrip("/") + "/") or other.startswith(one.rstrip("/") + "/")
 
 
 def check_volumes(inputs, findings):
-    """A profile's container.extra_volumes must not reach the state folder, a folder holding it, or Docker's socket."""
+    """A profile's container.extra_volumes must not reach the state folder, a folder holding it, Docker's socket or
+    data; the models folder (which the fetch mounts read-write, every container read-only) must not overlap the state
+    folder."""
     settings = inputs["settings"]
     only = dict(HOST_ONLY)
     for node in inputs.get("order") or [None]:
-        state = str(settings.get("state_dir") or "").replace("{node}", node or "")
+        state = host_path(str(settings.get("state_dir") or "").replace("{node}", node or ""))
+        models = host_path(str(settings.get("models_dir") or "").replace("{node}", node or ""))
         if state.startswith("/"):
-            only[posixpath.normpath(state)] = "the state folder (root runs the supervisor's code and loads the firewall from it)"
+            only[state] = "the state folder (root runs the supervisor's code and loads the firewall from it)"
+            if models.startswith("/") and overlaps(models, state + "/" + str(settings.get("cluster_name"))):
+                findings.error(node or "all", models, "%s: the models folder %s overlaps the state folder %s/%s, which no container may "
+                               "mount; set spark_models_dir and spark_state_dir apart" % (node, models, state, settings.get("cluster_name")))
     for volume in (inputs["profile"].get("container") or {}).get("extra_volumes") or []:
-        source = posixpath.normpath(str(volume).split(":", 1)[0])
+        source = host_path(str(volume).split(":", 1)[0])
         if not source.startswith("/"):
             continue  # a named volume of Docker's
         for path, what in sorted(only.items()):
-            if path == source or path.startswith(source.rstrip("/") + "/") or source.startswith(path + "/"):
+            if overlaps(path, source):
                 findings.error("all", volume, "profile %s: container.extra_volumes mounts %s, which reaches %s at %s: the model's "
                                "code runs as root in the container. Mount another folder" % (inputs["profile"].get("name"), source, what, path))
                 break

@@ -76,7 +76,7 @@ def main():
     parser.add_argument("--log", default="", help="append the progress (standard error) to this file")
     args = parser.parse_args()
     if args.log:
-        log = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)  # the head container writes that folder too
         os.dup2(log, 2)
         os.close(log)
     args.token = None

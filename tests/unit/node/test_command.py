@@ -1,6 +1,9 @@
 """command: the one way modules run commands: an argv list of strings, in the C locale."""
 
 import os
+import stat
+
+import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import command
 
@@ -50,3 +53,25 @@ def test_a_log_a_container_wrote_is_copied_only_when_it_is_a_regular_file_never_
     assert not command.copy_regular(str(written / "fifo.log"), str(tmp_path / "fifo.log"))
     assert not command.copy_regular(str(written / "absent.log"), str(tmp_path / "absent.log"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "shadow", "vllm.log"]
+
+
+def test_a_device_a_container_made_is_never_opened_and_a_planted_destination_is_replaced_not_followed(tmp_path):
+    """A container can make device nodes in a folder it writes (Docker's default MKNOD): opening some acts (a
+    watchdog arms), so root only looks at what is there before it opens anything. A link planted where root writes
+    a log is removed, never written through."""
+    written = tmp_path / "run"
+    written.mkdir()
+    try:
+        os.mknod(written / "vllm.json", 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+    except PermissionError:
+        pytest.skip("this machine lets no one make device nodes")
+    assert command.read_small(str(written / "vllm.json")) is None and command.open_regular(str(written / "vllm.json")) is None
+    target = tmp_path / "cron-job"
+    target.write_text("untouched\n")
+    (tmp_path / "kept.log").symlink_to(target)
+    (written / "big.log").write_bytes(b"a" * 100 + b"tail")
+    assert command.copy_regular(str(written / "big.log"), str(tmp_path / "kept.log"), chunk=3, limit=10)
+    assert target.read_text() == "untouched\n" and not (tmp_path / "kept.log").is_symlink()
+    assert (tmp_path / "kept.log").read_bytes() == b"aaaaaatail"  # the last 10 bytes
+    assert command.to_file(["echo", "docker logs"], str(tmp_path / "kept.log")) == 0 and target.read_text() == "untouched\n"
+    assert command.read_small("/proc/meminfo").startswith("MemTotal:")  # a regular file of size 0, read whole

@@ -62,9 +62,10 @@ def test_the_unit_starts_after_docker_and_the_firewall_and_runs_the_copied_code(
     assert node["paths"]["unit"] == "/etc/systemd/system/dgx-spark-vllm-serve-dgx-spark.service"
     assert node["paths"]["wants"] == "/etc/systemd/system/multi-user.target.wants/dgx-spark-vllm-serve-dgx-spark.service"
     lines = node["unit"].splitlines()
-    assert "After=local-fs.target docker.service network-online.target nftables.service dgx-spark-vllm-firewall-dgx-spark.service" in lines
+    assert ("After=local-fs.target docker.service network-online.target nftables.service nvidia-persistenced.service "
+            "dgx-spark-vllm-firewall-dgx-spark.service") in lines
     exec_start = [line for line in lines if line.startswith("ExecStart=")][0]
-    assert exec_start.split("=", 1)[1].split() == ["/usr/bin/env", "PYTHONPATH=" + node["paths"]["lib"], "python3", "-m",
+    assert exec_start.split("=", 1)[1].split() == ["/usr/bin/env", "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH=" + node["paths"]["lib"], "python3", "-m",
                                                    "ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor", node["paths"]["config"]]
     assert node["paths"]["config"].startswith(made["nodes"][made["head"]]["state_dir"] + "/")
 
@@ -73,7 +74,7 @@ def test_one_variable_turns_it_off(tmp_path):
     made = plan(tmp_path, boot_start=False, firewall=False)
     node = made["nodes"][made["head"]]["boot"]
     assert node["enabled"] is False
-    assert "After=local-fs.target docker.service network-online.target nftables.service" in node["unit"].splitlines()
+    assert "After=local-fs.target docker.service network-online.target nftables.service nvidia-persistenced.service" in node["unit"].splitlines()
     assert boot.next_boot(node["config"], False, None)["next_boot"].startswith("nothing")
 
 
@@ -532,3 +533,33 @@ def test_the_unit_is_sandboxed_and_writes_only_its_status_folder(tmp_path):
         unit_file.write_text(node["unit"])
         done = subprocess.run([analyze, "verify", "--man=no", str(unit_file)], capture_output=True, text=True, check=False)
         assert str(unit_file) not in done.stderr, done.stderr  # a line it cannot parse is named ("Failed to parse ...")
+
+
+
+@pytest.mark.skipif(os.path.isdir("/run/systemd/system"), reason="the module would use this machine's systemd")
+def test_what_else_is_in_its_code_folder_is_removed_and_it_restarts_without_it(tmp_path):
+    """The supervisor imports from its code folder as root. Releases before this one mounted that folder into the
+    containers: a sitecustomize.py, a module named as the standard library's, a bytecode file or a link left there is
+    removed by the next install, which restarts the supervisor; the copied sources stay, and a second install changes
+    nothing (it writes no bytecode)."""
+    spec = module_boot(tmp_path)
+    where = spec["paths"]
+    run_module("vllm_boot", {"boot": spec})
+    try:
+        package = os.path.join(where["lib"], "ansible_collections/dgx_spark/vllm/plugins/module_utils")
+        planted = [os.path.join(where["lib"], "sitecustomize.py"), os.path.join(package, "node", "json.py"),
+                   os.path.join(package, "node", "__pycache__", "supervisor.cpython-311.pyc")]
+        os.makedirs(os.path.dirname(planted[2]))
+        for path in planted:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write("open('/tmp/planted-ran', 'w')\n")
+        os.symlink("/etc", os.path.join(where["lib"], "etc"))
+        old_pid = json.loads(open(where["status"]).read())["pid"]
+        now = run_module("vllm_boot", {"boot": spec})
+        assert now["changed"] and sorted(now["removed"]) == sorted(planted + [os.path.join(where["lib"], "etc")]), now
+        assert not any(os.path.lexists(p) for p in planted) and os.path.isdir("/etc") and sorted(os.listdir("/etc"))
+        assert json.loads(open(where["status"]).read())["pid"] != old_pid  # restarted: nothing planted stays imported
+        assert sorted(os.path.join(d, f) for d, dummy, names in os.walk(where["lib"]) for f in names) == sorted(boot.lib_paths(where))
+        assert not run_module("vllm_boot", {"boot": spec})["changed"]
+    finally:
+        run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})

@@ -112,10 +112,14 @@ def test_pipeline_parallelism_across_nodes_is_refused_with_ray_unless_accepted()
     ("/var/lib/dgx-spark-vllm:/state", "/var/lib/dgx-spark-vllm", "the state folder"),
     ("/var/lib/dgx-spark-vllm/dgx-spark/boot:/boot", "/var/lib/dgx-spark-vllm/dgx-spark/boot", "the state folder"),
     ("/var/lib:/x:ro", "/var/lib", "the state folder"),
-    ("/:/host", "/", "Docker's socket"),
-    ("/var/run/docker.sock:/var/run/docker.sock", "/var/run/docker.sock", "Docker's socket"),
-    ("/run/:/hostrun", "/run", "Docker's socket"),
+    ("/:/host", "/", "the container runtime's socket"),
+    ("/var/run/docker.sock:/var/run/docker.sock", "/var/run/docker.sock", "the container runtime's socket"),
+    ("/run/:/hostrun", "/run", "the container runtime's socket"),
     ("/srv/s2/state/../state:/s", "/srv/s2/state", "the state folder"),
+    ("//var/run/docker.sock:/s", "/var/run/docker.sock", "the container runtime's socket"),
+    ("///var//lib/dgx-spark-vllm/:/x", "/var/lib/dgx-spark-vllm", "the state folder"),
+    ("/run/containerd:/c", "/run/containerd", "the container runtime's socket"),
+    ("/var/lib/docker/volumes:/v", "/var/lib/docker/volumes", "Docker's own data"),
 ])
 def test_an_extra_volume_that_reaches_what_root_runs_is_refused(volume, source, reached):
     profile = {"name": "p", "parallel": {"tensor": 2, "nodes": 2}, "container": {"extra_volumes": [volume]}}
@@ -128,3 +132,12 @@ def test_other_extra_volumes_pass():
     profile = {"name": "p", "parallel": {"tensor": 2, "nodes": 2}, "container": {"extra_volumes": [
         "/opt/cache:/root/.cache", "/var/lib/dgx-spark-vllm-other:/x", "hf-cache:/root/.cache/huggingface", "/etc/localtime:/etc/localtime:ro"]}}
     assert messages(inputs(profile=profile)) == []
+
+
+@pytest.mark.parametrize("models", ["/var/lib/dgx-spark-vllm", "/var/lib/dgx-spark-vllm/dgx-spark/models", "/var/lib/dgx-spark-vllm/models"])
+def test_a_models_folder_that_overlaps_the_state_folder_is_refused(models):
+    """The fetch mounts the models folder read-write: where it holds the state folder (or the cluster is named
+    models, as the default models folder), a container would reach what root runs."""
+    cluster = "models" if models.endswith("/models") and "dgx-spark/" not in models else "dgx-spark"
+    found = messages(inputs(settings=normalize_settings({"models_dir": models, "cluster_name": cluster})))
+    assert found and all("the models folder %s overlaps the state folder /var/lib/dgx-spark-vllm/%s" % (models, cluster) in m for m in found), found
