@@ -535,7 +535,6 @@ def test_the_unit_is_sandboxed_and_writes_only_its_status_folder(tmp_path):
         assert str(unit_file) not in done.stderr, done.stderr  # a line it cannot parse is named ("Failed to parse ...")
 
 
-
 @pytest.mark.skipif(os.path.isdir("/run/systemd/system"), reason="the module would use this machine's systemd")
 def test_what_else_is_in_its_code_folder_is_removed_and_it_restarts_without_it(tmp_path):
     """The supervisor imports from its code folder as root. Releases before this one mounted that folder into the
