@@ -149,7 +149,7 @@ def node_paths(settings, node, model_id):
         "folders": [{"path": "%s/%s" % (state, name), "mode": mode} for name, mode in STATE_FOLDERS]
         + [{"path": "%s/container/%s" % (state, name), "mode": mode} for name, mode, dummy in CONTAINER_FOLDERS]
         + [{"path": models, "mode": "0755"}],
-        "container_dir": state + "/container",  # what containers mount (container_mounts); nothing else of <state> is
+        "container_dir": state + "/container",  # what containers mount (commands.state_volumes); nothing else of <state> is
         "logs_dir": state + "/logs",             # the teardown's copies of every log, out of the containers' reach
         "container_logs_dir": state + "/container/logs",  # the logs the containers write (vLLM's, the fetch's)
         "non_carry_over_file": state + "/container/config/ray_non_carry_over_env_vars.json",

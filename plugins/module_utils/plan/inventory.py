@@ -10,6 +10,7 @@ import posixpath
 import re
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import flags as flag_utils, ring as ring_links
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import node_paths
 
 # A cluster name becomes part of container names, folders and the firewall table's name (docs/security.md).
 CLUSTER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
@@ -122,13 +123,14 @@ def check_volumes(inputs, findings):
     settings = inputs["settings"]
     only = dict(HOST_ONLY)
     for node in inputs.get("order") or [None]:
-        state = host_path(str(settings.get("state_dir") or "").replace("{node}", node or ""))
-        models = host_path(str(settings.get("models_dir") or "").replace("{node}", node or ""))
+        state = host_path(str(settings.get("state_dir") or "").replace("{node}", node or ""))  # every cluster's, this one's in it
+        paths = node_paths(settings, node or "", None)
+        models, cluster_state = host_path(paths["models_dir"]), host_path(paths["state_dir"])
         if state.startswith("/"):
             only[state] = "the state folder (root runs the supervisor's code and loads the firewall from it)"
-            if models.startswith("/") and overlaps(models, state + "/" + str(settings.get("cluster_name"))):
-                findings.error(node or "all", models, "%s: the models folder %s overlaps the state folder %s/%s, which no container may "
-                               "mount; set spark_models_dir and spark_state_dir apart" % (node, models, state, settings.get("cluster_name")))
+            if models.startswith("/") and overlaps(models, cluster_state):
+                findings.error(node or "all", models, "%s: the models folder %s overlaps the state folder %s, which no container may "
+                               "mount; set spark_models_dir and spark_state_dir apart" % (node, models, cluster_state))
     for volume in (inputs["profile"].get("container") or {}).get("extra_volumes") or []:
         source = host_path(str(volume).split(":", 1)[0])
         if not source.startswith("/"):
