@@ -89,13 +89,13 @@ def stop_group(run, docker, container, pgid, timeout, sleep=time.sleep, clock=ti
 
     run(signal_argv(docker, container, pgid, "TERM"))
     deadline = clock() + timeout
-    while alive() and clock() < deadline:
-        sleep(0.5)
-    if not alive():
-        return False
-    run(signal_argv(docker, container, pgid, "KILL"))
-    sleep(1)
-    return True
+    while alive():  # each look is a docker exec: asked once per poll, never twice at the end
+        if clock() >= deadline:
+            run(signal_argv(docker, container, pgid, "KILL"))
+            sleep(1)
+            return True
+        sleep(0.2)
+    return False
 
 
 class StartError(Exception):

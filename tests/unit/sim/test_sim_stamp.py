@@ -1,0 +1,90 @@
+"""When sim.yml may run only the traps (roles/sim_cluster/files/sim_stamp.py): the cluster stands as the last run that
+succeeded left it, and the run asks for no power cycle and the same node traps. Docker is not asked here: what stands is
+given as `docker inspect` would have answered."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+from helpers import ROOT
+
+SPEC = importlib.util.spec_from_file_location("sim_stamp", os.path.join(ROOT, "roles", "sim_cluster", "files", "sim_stamp.py"))
+stamp = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(stamp)
+
+RUNNING = {"sim-head": ["h1", "2026-11-27T09:23:19Z", 101], "sim-worker1": ["w1", "2026-11-27T09:23:30Z", 102],
+           "dgx-spark-sim-hub": ["b1", "2026-11-27T09:23:37Z", 103]}
+IMAGES = {"dgx-spark-sim/runtime:sim": "sha256:r1"}
+
+
+@pytest.fixture(name="cluster")
+def fixture_cluster(tmp_path, monkeypatch):
+    role, inventory = tmp_path / "role", tmp_path / "inventory"
+    for folder in (role, inventory, inventory / ".secrets"):
+        folder.mkdir()
+    (role / "main.yml").write_text("tasks\n")
+    (inventory / "hosts.yml").write_text("hosts\n")
+    (inventory / ".secrets" / "key").write_text("a key\n")
+    inputs = {"role": str(role), "inventory": [str(inventory)], "nodes": ["sim-head", "sim-worker1"], "head": "sim-head",
+              "hub": "dgx-spark-sim-hub", "sockets": {"sim-head": "/h.sock", "sim-worker1": "/w.sock"}, "traps": {}, "reboot": [],
+              "images": {"here": ["dgx-spark-sim/runtime:sim"], "head": ["dgx-spark-sim/runtime:sim"]}}
+    now = {"running": dict(RUNNING), "images": dict(IMAGES), "answers": True}
+    monkeypatch.setattr(stamp, "containers", lambda names: {n: c for n, c in now["running"].items() if n in names})
+    monkeypatch.setattr(stamp, "images", lambda refs, socket=None: {r: i for r, i in now["images"].items() if r in refs})
+    monkeypatch.setattr(stamp, "answers", lambda socket: now["answers"])
+    path = str(tmp_path / "nodes" / "stamp.json")
+
+    def record(traps=None):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(stamp.standing(dict(inputs, traps=traps or {})), handle)
+
+    return {"inputs": inputs, "now": now, "path": path, "record": record, "role": role, "inventory": inventory}
+
+
+def test_a_cluster_as_the_last_run_left_it_runs_only_the_traps_and_the_record_is_used_once(cluster):
+    cluster["record"]({"foreign_port": {"sim-head": 8100}})
+    found = stamp.check(cluster["path"], dict(cluster["inputs"], traps={"page_cache": {"sim-worker1": 70}}))
+    assert found == {"up": True, "why": "as the last run left it", "traps": {"foreign_port": {"sim-head": 8100}},
+                     "pids": {"sim-head": 101, "sim-worker1": 102}}
+    # Read once: a run that fails before it records again leaves no record, and the next one checks everything.
+    assert not os.path.exists(cluster["path"])
+    assert stamp.check(cluster["path"], cluster["inputs"])["why"] == "no record of a run that succeeded"
+
+
+def test_check_mode_keeps_the_record(cluster):
+    cluster["record"]()
+    assert stamp.check(cluster["path"], cluster["inputs"], keep=True)["up"] and os.path.exists(cluster["path"])
+
+
+@pytest.mark.parametrize("change,why", [
+    (lambda c: c["inputs"].update(reboot=["sim-worker1"]), "nodes to power-cycle"),
+    (lambda c: c["inputs"].update(traps={"gid_drift": ["sim-head"]}), "node traps change"),
+    (lambda c: c["inputs"].update(traps={"cable_swap": ["sim-head"]}), "node traps change"),
+    (lambda c: (c["role"] / "main.yml").write_text("other tasks\n"), "the role, the inventory or the build sources changed"),
+    (lambda c: (c["inventory"] / "hosts.yml").write_text("other hosts\n"), "the role, the inventory or the build sources changed"),
+    (lambda c: c["now"]["running"].update({"sim-worker1": ["w1", "2026-11-27T10:00:00Z", 202]}),
+     "a node or the hub was restarted, stopped or removed"),
+    (lambda c: c["now"]["running"].pop("dgx-spark-sim-hub"), "a node or the hub was restarted, stopped or removed"),
+    (lambda c: c["now"]["images"].update({"dgx-spark-sim/runtime:sim": "sha256:r2"}), "an image here changed"),
+    (lambda c: c["now"].update(answers=False), "a node's Docker daemon does not answer"),
+])
+def test_anything_else_runs_every_step(cluster, change, why):
+    cluster["record"]()
+    change(cluster)
+    assert stamp.check(cluster["path"], cluster["inputs"]) == {"up": False, "why": why, "traps": None}
+
+
+def test_the_traps_a_full_run_takes_back_keep_it_full_until_they_are_gone(cluster):
+    cluster["record"]({"no_infiniband": ["sim-worker1"]})
+    assert stamp.check(cluster["path"], cluster["inputs"])["why"] == "node traps change"  # taken back by node.yml
+    cluster["record"]({"no_infiniband": ["sim-worker1"]})
+    assert stamp.check(cluster["path"], dict(cluster["inputs"], traps={"no_infiniband": ["sim-worker1"]}))["up"]
+
+
+def test_the_inventorys_secrets_and_artifacts_are_not_its_recipe(cluster):
+    cluster["record"]()
+    (cluster["inventory"] / ".secrets" / "key").write_text("another key\n")
+    assert stamp.check(cluster["path"], cluster["inputs"])["up"]
