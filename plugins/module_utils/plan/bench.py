@@ -52,10 +52,23 @@ def target(cluster, head_entry, profile, max_model_len, key_file):
             "published": list(spec.get("published") or [])}
 
 
-def settings(given):
-    """The sweep's settings: the defaults overlaid with the given ones (null keeps the default); errors name the fix."""
+def settings(given, max_model_len=None):
+    """The sweep's settings: the defaults overlaid with the given ones (null keeps the default); errors name the fix.
+    A length left to its default fits the deployment's ``max_model_len``: the output at most half of it, the input what
+    the longest output leaves (the write-ups' 1024 in + 128 out wherever that fits). Lengths given are taken as given,
+    and a sweep they make too long is refused (:func:`points`)."""
     config = dict(DEFAULTS)
-    config.update({k: v for k, v in (given or {}).items() if v is not None and v != ""})
+    chosen = {k: v for k, v in (given or {}).items() if v is not None and v != ""}
+    config.update(chosen)
+    if max_model_len and "output_lens" not in chosen:
+        config["output_lens"] = [min(DEFAULTS["output_lens"][0], max(1, int(max_model_len) // 2))]
+    if max_model_len and "input_lens" not in chosen and isinstance(config["output_lens"], list) and config["output_lens"]:
+        try:
+            room = int(max_model_len) - max(int(v) for v in config["output_lens"])
+        except (TypeError, ValueError):
+            room = 0
+        if room >= 1:
+            config["input_lens"] = [min(DEFAULTS["input_lens"][0], room)]
     errors = []
     for key in ("concurrency", "input_lens", "output_lens"):
         values = config[key] if isinstance(config[key], list) else [config[key]]
@@ -113,7 +126,7 @@ def argv(point, target, result_dir):
 def sweep(bench_target, given, stamp, reports_dir):
     """The sweep of a plan's ``cluster.bench`` with the given settings, for the run named ``stamp``: {config, points,
     errors, dirs}; ``dirs``: the run's folder inside the head's container and on the controller."""
-    config, errors = settings(given)
+    config, errors = settings(given, bench_target.get("max_model_len"))
     found, more = points(config, bench_target.get("max_model_len")) if not errors else ([], [])
     dirs = {"container": "%s/%s" % (bench_target["result_dir"], stamp), "controller": "%s/%s" % (reports_dir, stamp) if reports_dir else None}
     for point in found:  # each point's command on the head: it prints its result

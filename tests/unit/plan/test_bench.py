@@ -1,6 +1,7 @@
 """bench.yml's sweep, rows and summary (module_utils/plan/bench.py); the rows from a result file vllm bench serve wrote on
 the simulated cluster (tests/unit/fixtures/bench/)."""
 
+import glob
 import json
 import subprocess
 import os
@@ -21,6 +22,26 @@ def test_the_default_sweep_is_the_write_ups_and_bounded():
     assert [p["prompts"] for p in sweep["points"]] == [8, 8, 16, 32, 64, 128]  # 4 per stream, at least 8, at most 128
     assert sweep["points"][0]["name"] == "c1-in1024-out128"
     assert sweep["dirs"] == {"container": "/tmp/dgx-spark-bench/20261124T120000Z", "controller": "/inv/.artifacts/bench/20261124T120000Z"}
+
+
+def test_the_default_lengths_fit_every_profiles_max_model_len():
+    """bench.yml with its defaults runs on every profile and inventory as shipped: where 1024 in + 128 out would not
+    fit (the simulated profiles' 1024), the input is what the output leaves; lengths given are kept, and refused."""
+    for path in sorted(glob.glob(os.path.join(ROOT, "profiles", "*.yml"))):
+        profile = profiles.load(path)
+        limit = profile["vllm"].get("max_model_len")  # none: the model's own length, far above the sweep's
+        sweep = bench.sweep(dict(TARGET, max_model_len=limit), {}, "t", None)
+        assert not sweep["errors"], (path, sweep["errors"])
+        first = sweep["points"][0]
+        assert first["input_len"] + first["output_len"] <= (limit or 1152), path
+        assert (first["input_len"], first["output_len"]) == ((1024, 128) if (limit or 1152) >= 1152 else (limit - 128, 128)), path
+    small = bench.sweep(dict(TARGET, max_model_len=1024), {}, "t", None)
+    assert small["points"][0]["name"] == "c1-in896-out128" and not small["errors"]
+    assert bench.sweep(dict(TARGET, max_model_len=1024), {"output_lens": [512]}, "t", None)["points"][0]["name"] == "c1-in512-out512"
+    assert bench.sweep(dict(TARGET, max_model_len=100), {}, "t", None)["points"][0]["name"] == "c1-in50-out50"
+    given = bench.sweep(dict(TARGET, max_model_len=1024), {"input_lens": [1024]}, "t", None)
+    assert given["errors"] == ["input 1024 + output 128 tokens exceed the deployment's max_model_len 1024; lower "
+                               "vllm_bench_input_lens or vllm_bench_output_lens"]
 
 
 def test_a_sweep_that_would_not_fit_or_run_long_is_refused_naming_the_fix():
