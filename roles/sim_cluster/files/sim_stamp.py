@@ -5,24 +5,29 @@
 between scenarios for their traps: a minute each when every image, folder, key and node is checked again.
 
     sim_stamp.py check STAMP [--keep] < inputs.json
-                                             prints {"up": bool, "why": str, "pids": {node: pid}, "traps": {...}} and
-                                             removes STAMP (--keep: a run in check mode): a run that fails before it
-                                             writes it again leaves none, so the next run checks everything
-    sim_stamp.py write STAMP < inputs.json   records what stands now (after a run that succeeded)
+        prints {"up": bool, "why": str, "recipe": digest, "pids": {node: pid}, "traps": {...}, "images": {...}} and
+        removes STAMP (--keep: a run in check mode): a run that fails before it writes it again leaves none, so the
+        next run checks everything. Anything it cannot read makes it answer "not up", never fail.
+    sim_stamp.py write STAMP < inputs.json
+        records what stands now (after a run that succeeded), with the recipe digest its check computed
 
-inputs.json: {"role": the role's folder, "inventory": the inventory's sources, "nodes": [node], "hub": its container,
-"sockets": {node: its daemon's socket}, "head": node, "images": {"here": [reference], "head": [reference]} (write only),
-"traps": sim_traps, "reboot": [node]}.
+inputs.json: {"recipe": [files and folders the cluster is made from], "settings": {what the run was asked, resolved},
+"state": [files and folders a full run writes: keys, known hosts, sysfs, devices], "nodes": [node], "head": node,
+"hub": its container, "sockets": {node: its daemon's socket}, "traps": sim_traps, "reboot": [node]; for write also
+"digest": the check's recipe digest, "images": {"here": [reference], "head": [reference]}}.
 
-What stands is compared, never assumed: the digest of the role's files, the inventory's files and this machine's apt
-and pip sources (what the images are built from); each node's and the hub's container (its ID and start time: a node
-restarted lost its daemon); each node's daemon answering; the images here and on the head (their IDs). The node traps
-that only a full run takes back (gid_drift's GID index, no_infiniband's devices, a ring's cables) must be the same.
+What stands is compared, never assumed: the digest of the recipe (the role's files and the others it builds from, the
+inventory's files, this machine's apt and pip sources, the variables the run resolved); the digest of what a full run
+writes on this machine for the nodes (the keys, the known hosts, the simulated sysfs and devices), as the last run
+left it; each node's and the hub's container (its ID and start time: a node restarted lost its daemon); each node's
+daemon answering; the images here and on the head (their IDs). The node traps only a full run takes back (gid_drift's
+GID index, no_infiniband's devices, a ring's cables) must be the same.
 """
 
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -31,29 +36,61 @@ import sys
 NODE_TRAPS = ("gid_drift", "no_infiniband", "link_down")
 TOGGLES = ("cable_swap",)
 SOURCES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d", "/etc/pip.conf", "~/.config/pip/pip.conf", "~/.pip/pip.conf")
+SKIP = (".artifacts", ".secrets", "__pycache__")  # in the recipe's folders: what runs write, not what they are made from
+CHUNK = 1 << 20
 
 
-def files_digest(paths, skip=(".artifacts", ".secrets", "__pycache__")):
+def entry(digest, path, shown):
+    """One file system entry into ``digest``: a regular file by its content, a link by its target, anything else (a
+    device, a socket) by its kind and device number; never opened unless regular."""
+    try:
+        found = os.lstat(path)
+    except OSError as exc:
+        digest.update(("%s ? %s\0" % (shown, exc.strerror)).encode())
+        return
+    if stat.S_ISLNK(found.st_mode):
+        digest.update(("%s -> %s\0" % (shown, os.readlink(path))).encode())
+    elif stat.S_ISREG(found.st_mode):
+        digest.update(("%s %o\0" % (shown, stat.S_IMODE(found.st_mode))).encode())
+        try:
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(CHUNK), b""):
+                    digest.update(block)
+        except OSError as exc:
+            digest.update(("? %s" % exc.strerror).encode())
+    else:
+        digest.update(("%s %o %d\0" % (shown, found.st_mode, found.st_rdev)).encode())
+
+
+def files_digest(paths, skip=()):
+    """The digest of every entry under ``paths`` (files or folders, followed through linked folders once each), named
+    relative to their top; names in ``skip`` are left out below a top."""
     digest = hashlib.sha256()
     for top in paths:
         top = os.path.expanduser(top)
-        walked = [(os.path.dirname(top), [], [os.path.basename(top)])] if os.path.isfile(top) else sorted(os.walk(top))
-        for folder, dirs, names in walked:
+        digest.update(("[%s]\0" % top).encode())
+        if not os.path.isdir(top):
+            entry(digest, top, ".")
+            continue
+        seen = set()
+        for folder, dirs, names in os.walk(top, followlinks=True):
+            real = os.path.realpath(folder)
+            if real in seen:
+                dirs[:] = []
+                continue
+            seen.add(real)
             dirs[:] = sorted(d for d in dirs if d not in skip)
-            for name in sorted(names):
+            for name in sorted(n for n in names if n not in skip):
                 path = os.path.join(folder, name)
-                if any(part in skip for part in path.split(os.sep)):
-                    continue
-                digest.update(path.encode() + b"\0")
-                with open(path, "rb") as handle:
-                    digest.update(hashlib.sha256(handle.read()).digest())
+                entry(digest, path, os.path.relpath(path, top))
     return digest.hexdigest()
 
 
-def digest_of(inputs):
+def recipe_digest(inputs):
     extra = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
-    return hashlib.sha256(json.dumps([files_digest([inputs["role"]] + list(inputs["inventory"])), files_digest(SOURCES),
-                                      extra, inputs["nodes"], inputs["hub"], inputs["sockets"]], sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([files_digest(list(inputs["recipe"]) + list(inputs["inventory"]), SKIP), files_digest(SOURCES),
+                                      extra, inputs.get("settings"), inputs["nodes"], inputs["hub"], inputs["sockets"]],
+                                     sort_keys=True, default=str).encode()).hexdigest()
 
 
 def inspect(argv, asked):
@@ -94,43 +131,58 @@ def node_traps(traps):
 
 
 def standing(inputs):
-    """What stands now: the containers, the images (here and on the head) and the node traps in effect."""
+    """What stands now: the recipe it was made from, what a full run wrote, the containers, the images (here and on the
+    head) and the traps in effect."""
     head_socket = inputs["sockets"][inputs["head"]]
-    return {"digest": digest_of(inputs), "containers": containers(inputs["nodes"] + [inputs["hub"]]),
+    return {"recipe": inputs.get("digest") or recipe_digest(inputs), "state": files_digest(inputs["state"]),
+            "containers": containers(inputs["nodes"] + [inputs["hub"]]),
             "images": {"here": images([i for i in inputs["images"]["here"] if i]), "head": images(inputs["images"]["head"], head_socket)},
             "traps": inputs.get("traps") or {}}
 
 
-def check(path, inputs, keep=False):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            last = json.load(handle)
-        if not keep:
-            os.unlink(path)
-    except (OSError, ValueError):
-        return {"up": False, "why": "no record of a run that succeeded", "traps": None}
-    why = None
+def judge(last, inputs, recipe):
+    """Why the cluster does not stand as ``last`` recorded it, or None; and the nodes' processes when it does."""
     now_traps = inputs.get("traps") or {}
+    last_traps = last.get("traps") or {}
     if inputs.get("reboot"):
-        why = "nodes to power-cycle"
-    elif node_traps(now_traps) != node_traps(last.get("traps") or {}) or any(now_traps.get(k) or last["traps"].get(k) for k in TOGGLES):
-        why = "node traps change"
-    elif digest_of(inputs) != last.get("digest"):
-        why = "the role, the inventory or the build sources changed"
-    else:
-        running = containers(inputs["nodes"] + [inputs["hub"]])
-        if {n: c[:2] for n, c in running.items()} != {n: c[:2] for n, c in last["containers"].items()}:
-            why = "a node or the hub was restarted, stopped or removed"
-        elif images(list(last["images"]["here"])) != last["images"]["here"]:
-            why = "an image here changed"
-        elif images(list(last["images"]["head"]), inputs["sockets"][inputs["head"]]) != last["images"]["head"]:
-            why = "an image on the head changed"
-        elif not all(answers(inputs["sockets"][n]) for n in inputs["nodes"]):
-            why = "a node's Docker daemon does not answer"
+        return "nodes to power-cycle", None
+    if node_traps(now_traps) != node_traps(last_traps) or any(now_traps.get(k) or last_traps.get(k) for k in TOGGLES):
+        return "node traps change", None
+    if recipe != last.get("recipe"):
+        return "the recipe changed (the role, the inventory, the variables or the build sources)", None
+    running = containers(inputs["nodes"] + [inputs["hub"]])
+    if {n: c[:2] for n, c in running.items()} != {n: c[:2] for n, c in last["containers"].items()}:
+        return "a node or the hub was restarted, stopped or removed", None
+    if files_digest(inputs["state"]) != last.get("state"):
+        return "a key, the known hosts, a node's sysfs or devices changed", None
+    if images(list(last["images"]["here"])) != last["images"]["here"]:
+        return "an image here changed", None
+    if images(list(last["images"]["head"]), inputs["sockets"][inputs["head"]]) != last["images"]["head"]:
+        return "an image on the head changed", None
+    if not all(answers(inputs["sockets"][n]) for n in inputs["nodes"]):
+        return "a node's Docker daemon does not answer", None
+    return None, {n: c[2] for n, c in running.items() if n in inputs["nodes"]}
+
+
+def check(path, inputs, keep=False):
+    answer = {"up": False, "traps": None, "recipe": None, "images": None}
+    try:
+        answer["recipe"] = recipe_digest(inputs)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                last = json.load(handle)
+        except (OSError, ValueError):
+            return dict(answer, why="no record of a run that succeeded")
+        finally:
+            if not keep and os.path.lexists(path):
+                os.unlink(path)
+        why, pids = judge(last, inputs, answer["recipe"])
+    except Exception as exc:  # pylint: disable=broad-except  # anything unread: every step runs
+        return dict(answer, why="the record could not be compared (%s: %s)" % (type(exc).__name__, exc))
     if why:
-        return {"up": False, "why": why, "traps": None}
-    return {"up": True, "why": "as the last run left it", "traps": last.get("traps") or {},
-            "pids": {n: c[2] for n, c in running.items() if n in inputs["nodes"]}}
+        return dict(answer, why=why)
+    return dict(answer, up=True, why="as the last run left it", traps=last.get("traps") or {}, pids=pids,
+                images={k: sorted(v) for k, v in last["images"].items()})
 
 
 def main(argv):
