@@ -85,8 +85,17 @@ def test_three_nodes_as_hosts_with_their_own_daemons_and_stand_ins(inventory):
 
 
 def test_second_run_changes_nothing(inventory):
+    os.unlink(os.path.join(ROOT_DIR, "nodes", "stamp.json"))  # without the record of the last run, every step is checked
     rc, out = sim(inventory, log="sim3-again")
-    assert "changed=0" in out.split("PLAY RECAP")[-1]
+    assert "changed=0" in out.split("PLAY RECAP")[-1] and "Make the folders of sim3-w2" in out
+    rc, out = sim(inventory, log="sim3-standing")  # with it, only the traps run
+    assert "changed=0" in out.split("PLAY RECAP")[-1] and "Make the folders of sim3-w2" not in out
+
+
+def test_a_key_gone_with_the_nodes_up_is_made_again(inventory):
+    os.unlink(KEY["path"])  # a clean clone of the checkout while the nodes run
+    sim(inventory, log="sim3-key-again")
+    assert os.path.isfile(KEY["path"]) and on_node(inventory, NODES["sim3-w1"][0], "true")[0] == 0
 
 
 def test_node_removed_by_hand_is_recreated(inventory):
