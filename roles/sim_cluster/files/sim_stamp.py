@@ -5,8 +5,8 @@
 between scenarios for their traps: a minute each when every image, folder, key and node is checked again.
 
     sim_stamp.py check STAMP [--keep] < inputs.json
-        prints {"up": bool, "why": str, "recipe": digest, "pids": {node: pid}, "traps": {...}, "images": {...}} and
-        removes STAMP (--keep: a run in check mode): a run that fails before it writes it again leaves none, so the
+        prints {"up": bool, "images_up": bool, "why": str, "recipe": digest, "pids": {node: pid}, "traps": {...},
+        "images": {...}, "named": {...}} and removes STAMP (--keep: a run in check mode): a run that fails before it writes it again leaves none, so the
         next run checks everything. Anything it cannot read makes it answer "not up", never fail.
     sim_stamp.py write STAMP < inputs.json
         records what stands now (after a run that succeeded), with the recipe digest its check computed
@@ -14,14 +14,16 @@ between scenarios for their traps: a minute each when every image, folder, key a
 inputs.json: {"recipe": [files and folders the cluster is made from], "settings": {what the run was asked, resolved},
 "state": [files and folders a full run writes: keys, known hosts, sysfs, devices], "nodes": [node], "head": node,
 "hub": its container, "sockets": {node: its daemon's socket}, "traps": sim_traps, "reboot": [node]; for write also
-"digest": the check's recipe digest, "images": {"here": [reference], "head": [reference]}}.
+"digest": the check's recipe digest, "images": {"here": [reference], "head": [reference]}, "named": {what the
+nodes' steps need of the images' steps, such as the node image's name}}.
 
 What stands is compared, never assumed: the digest of the recipe (the role's files and the others it builds from, the
 inventory's files, this machine's apt and pip sources, the variables the run resolved); the digest of what a full run
 writes on this machine for the nodes (the keys, the known hosts, the simulated sysfs and devices), as the last run
 left it; each node's and the hub's container (its ID and start time: a node restarted lost its daemon); each node's
 daemon answering; the images here and on the head (their IDs). The node traps only a full run takes back (gid_drift's
-GID index, no_infiniband's devices, a ring's cables) must be the same.
+GID index, no_infiniband's devices, a ring's cables) must be the same. When only the nodes differ (a power cycle, other
+node traps, a node restarted or its files changed), the images, the models and the hub are not checked again.
 """
 
 import hashlib
@@ -135,37 +137,48 @@ def standing(inputs):
     head) and the traps in effect."""
     head_socket = inputs["sockets"][inputs["head"]]
     return {"recipe": inputs.get("digest") or recipe_digest(inputs), "state": files_digest(inputs["state"]),
-            "containers": containers(inputs["nodes"] + [inputs["hub"]]),
+            "containers": containers(inputs["nodes"] + [inputs["hub"]]), "named": inputs.get("named") or {},
             "images": {"here": images([i for i in inputs["images"]["here"] if i]), "head": images(inputs["images"]["head"], head_socket)},
             "traps": inputs.get("traps") or {}}
 
 
-def judge(last, inputs, recipe):
-    """Why the cluster does not stand as ``last`` recorded it, or None; and the nodes' processes when it does."""
+def judge_images(last, inputs, recipe):
+    """Why the images, the models and the hub may not stand as ``last`` recorded them, or None: the recipe, the images
+    here and on the head, the hub's container."""
+    if recipe != last.get("recipe"):
+        return "the recipe changed (the role, the inventory, the variables or the build sources)"
+    hub = containers([inputs["hub"]])
+    if {n: c[:2] for n, c in hub.items()} != {n: c[:2] for n, c in last["containers"].items() if n == inputs["hub"]}:
+        return "the hub was restarted, stopped or removed"
+    if images(list(last["images"]["here"])) != last["images"]["here"]:
+        return "an image here changed"
+    if images(list(last["images"]["head"]), inputs["sockets"][inputs["head"]]) != last["images"]["head"]:
+        return "an image on the head changed"
+    return None
+
+
+def judge_nodes(last, inputs):
+    """Why the nodes may not stand as ``last`` recorded them, or None; and their processes when they do."""
     now_traps = inputs.get("traps") or {}
     last_traps = last.get("traps") or {}
     if inputs.get("reboot"):
         return "nodes to power-cycle", None
     if node_traps(now_traps) != node_traps(last_traps) or any(now_traps.get(k) or last_traps.get(k) for k in TOGGLES):
         return "node traps change", None
-    if recipe != last.get("recipe"):
-        return "the recipe changed (the role, the inventory, the variables or the build sources)", None
-    running = containers(inputs["nodes"] + [inputs["hub"]])
-    if {n: c[:2] for n, c in running.items()} != {n: c[:2] for n, c in last["containers"].items()}:
-        return "a node or the hub was restarted, stopped or removed", None
+    running = containers(inputs["nodes"])
+    if {n: c[:2] for n, c in running.items()} != {n: c[:2] for n, c in last["containers"].items() if n in inputs["nodes"]}:
+        return "a node was restarted, stopped or removed", None
     if files_digest(inputs["state"]) != last.get("state"):
         return "a key, the known hosts, a node's sysfs or devices changed", None
-    if images(list(last["images"]["here"])) != last["images"]["here"]:
-        return "an image here changed", None
-    if images(list(last["images"]["head"]), inputs["sockets"][inputs["head"]]) != last["images"]["head"]:
-        return "an image on the head changed", None
     if not all(answers(inputs["sockets"][n]) for n in inputs["nodes"]):
         return "a node's Docker daemon does not answer", None
-    return None, {n: c[2] for n, c in running.items() if n in inputs["nodes"]}
+    return None, {n: c[2] for n, c in running.items()}
 
 
 def check(path, inputs, keep=False):
-    answer = {"up": False, "traps": None, "recipe": None, "images": None}
+    """``up``: everything stands (only the traps run); ``images_up``: the images, the models and the hub stand (a power
+    cycle, other node traps or a node changed run the nodes' steps only), with the image names the record holds."""
+    answer = {"up": False, "images_up": False, "traps": None, "recipe": None, "images": None, "named": None}
     try:
         answer["recipe"] = recipe_digest(inputs)
         try:
@@ -176,13 +189,15 @@ def check(path, inputs, keep=False):
         finally:
             if not keep and os.path.lexists(path):
                 os.unlink(path)
-        why, pids = judge(last, inputs, answer["recipe"])
+        why = judge_images(last, inputs, answer["recipe"])
+        if not why:
+            answer.update(images_up=True, images={k: sorted(v) for k, v in last["images"].items()}, named=last.get("named") or {})
+            why, pids = judge_nodes(last, inputs)
     except Exception as exc:  # pylint: disable=broad-except  # anything unread: every step runs
-        return dict(answer, why="the record could not be compared (%s: %s)" % (type(exc).__name__, exc))
+        return dict(answer, up=False, images_up=False, why="the record could not be compared (%s: %s)" % (type(exc).__name__, exc))
     if why:
         return dict(answer, why=why)
-    return dict(answer, up=True, why="as the last run left it", traps=last.get("traps") or {}, pids=pids,
-                images={k: sorted(v) for k, v in last["images"].items()})
+    return dict(answer, up=True, why="as the last run left it", traps=last.get("traps") or {}, pids=pids)
 
 
 def main(argv):

@@ -33,7 +33,8 @@ def fixture_cluster(tmp_path, monkeypatch):
     inputs = {"recipe": [str(role)], "inventory": [str(inventory)], "settings": {"sim": ["8000"]},
               "state": [str(state / "sim_ssh_ed25519"), str(state / "sys")], "nodes": ["sim-head", "sim-worker1"],
               "head": "sim-head", "hub": "dgx-spark-sim-hub", "sockets": {"sim-head": "/h.sock", "sim-worker1": "/w.sock"},
-              "traps": {}, "reboot": [], "images": {"here": list(IMAGES), "head": ["dgx-spark-sim/runtime:sim"]}}
+              "traps": {}, "reboot": [], "images": {"here": list(IMAGES), "head": ["dgx-spark-sim/runtime:sim"]},
+              "named": {"node_image": "dgx-spark-sim/node:abc"}}
     now = {"running": dict(RUNNING), "images": dict(IMAGES), "answers": True}
     monkeypatch.setattr(stamp, "containers", lambda names: {n: c for n, c in now["running"].items() if n in names})
     monkeypatch.setattr(stamp, "images", lambda refs, socket=None: {r: i for r, i in now["images"].items() if r in refs})
@@ -51,9 +52,10 @@ def fixture_cluster(tmp_path, monkeypatch):
 def test_a_cluster_as_the_last_run_left_it_runs_only_the_traps_and_the_record_is_used_once(cluster):
     cluster["record"]({"foreign_port": {"sim-head": 8100}})
     found = stamp.check(cluster["path"], dict(cluster["inputs"], traps={"page_cache": {"sim-worker1": 70}}))
-    assert found == {"up": True, "why": "as the last run left it", "traps": {"foreign_port": {"sim-head": 8100}},
+    assert found == {"up": True, "images_up": True, "why": "as the last run left it", "traps": {"foreign_port": {"sim-head": 8100}},
                      "pids": {"sim-head": 101, "sim-worker1": 102}, "recipe": stamp.recipe_digest(cluster["inputs"]),
-                     "images": {"here": sorted(IMAGES), "head": ["dgx-spark-sim/runtime:sim"]}}
+                     "images": {"here": sorted(IMAGES), "head": ["dgx-spark-sim/runtime:sim"]},
+                     "named": {"node_image": "dgx-spark-sim/node:abc"}}
     # Read once: a run that fails before it records again leaves no record, and the next one checks everything.
     assert not os.path.exists(cluster["path"])
     assert stamp.check(cluster["path"], cluster["inputs"])["why"] == "no record of a run that succeeded"
@@ -72,29 +74,32 @@ def test_the_record_keeps_the_recipe_its_check_saw_not_one_edited_during_the_run
     assert stamp.check(cluster["path"], cluster["inputs"])["why"].startswith("the recipe changed")
 
 
+# What changed, why, and whether the images, the models and the hub still stand (only the nodes' steps run).
 CHANGES = [
-    (lambda c: c["inputs"].update(reboot=["sim-worker1"]), "nodes to power-cycle"),
-    (lambda c: c["inputs"].update(traps={"gid_drift": ["sim-head"]}), "node traps change"),
-    (lambda c: c["inputs"].update(traps={"cable_swap": ["sim-head"]}), "node traps change"),
-    (lambda c: (c["role"] / "main.yml").write_text("other tasks\n"), "the recipe changed"),
-    (lambda c: (c["inventory"] / "hosts.yml").write_text("other hosts\n"), "the recipe changed"),
-    (lambda c: c["inputs"].update(settings={"sim": ["8001"]}), "the recipe changed"),  # -e sim_cluster_endpoint_port=8001
-    (lambda c: c["now"]["running"].update({"sim-worker1": ["w1", "2026-11-27T10:00:00Z", 202]}), "a node or the hub was restarted"),
-    (lambda c: c["now"]["running"].pop("dgx-spark-sim-hub"), "a node or the hub was restarted"),
-    (lambda c: os.unlink(str(c["state"] / "sim_ssh_ed25519")), "a key, the known hosts"),  # a clean clone, the nodes up
-    (lambda c: (c["state"] / "sys" / "gid").write_text("fe80::2\n"), "a key, the known hosts"),
-    (lambda c: os.unlink(str(c["state"] / "sys" / "link")), "a key, the known hosts"),
-    (lambda c: c["now"]["images"].update({"dgx-spark-sim/node:abc": "sha256:n2"}), "an image here changed"),
-    (lambda c: c["now"].update(answers=False), "a node's Docker daemon does not answer"),
+    (lambda c: c["inputs"].update(reboot=["sim-worker1"]), "nodes to power-cycle", True),
+    (lambda c: c["inputs"].update(traps={"gid_drift": ["sim-head"]}), "node traps change", True),
+    (lambda c: c["inputs"].update(traps={"cable_swap": ["sim-head"]}), "node traps change", True),
+    (lambda c: (c["role"] / "main.yml").write_text("other tasks\n"), "the recipe changed", False),
+    (lambda c: (c["inventory"] / "hosts.yml").write_text("other hosts\n"), "the recipe changed", False),
+    (lambda c: c["inputs"].update(settings={"sim": ["8001"]}), "the recipe changed", False),  # -e sim_cluster_endpoint_port=8001
+    (lambda c: c["now"]["running"].update({"sim-worker1": ["w1", "2026-11-27T10:00:00Z", 202]}), "a node was restarted", True),
+    (lambda c: c["now"]["running"].pop("dgx-spark-sim-hub"), "the hub was restarted", False),
+    (lambda c: os.unlink(str(c["state"] / "sim_ssh_ed25519")), "a key, the known hosts", True),  # a clean clone, the nodes up
+    (lambda c: (c["state"] / "sys" / "gid").write_text("fe80::2\n"), "a key, the known hosts", True),
+    (lambda c: os.unlink(str(c["state"] / "sys" / "link")), "a key, the known hosts", True),
+    (lambda c: c["now"]["images"].update({"dgx-spark-sim/node:abc": "sha256:n2"}), "an image here changed", False),
+    (lambda c: c["now"].update(answers=False), "a node's Docker daemon does not answer", True),
 ]
 
 
-@pytest.mark.parametrize("change,why", CHANGES)
-def test_anything_else_runs_every_step(cluster, change, why):
+@pytest.mark.parametrize("change,why,images_up", CHANGES)
+def test_anything_else_runs_the_nodes_steps_or_every_step(cluster, change, why, images_up):
     cluster["record"]()
     change(cluster)
     found = stamp.check(cluster["path"], cluster["inputs"])
     assert not found["up"] and found["why"].startswith(why) and found["traps"] is None, found
+    assert found["images_up"] is images_up
+    assert found["named"] == ({"node_image": "dgx-spark-sim/node:abc"} if images_up else None)  # the node image to start
     assert found["recipe"] == stamp.recipe_digest(cluster["inputs"])  # what the run records once it succeeds
 
 
