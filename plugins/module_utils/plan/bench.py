@@ -60,15 +60,6 @@ def settings(given, max_model_len=None):
     config = dict(DEFAULTS)
     chosen = {k: v for k, v in (given or {}).items() if v is not None and v != ""}
     config.update(chosen)
-    if max_model_len and "output_lens" not in chosen:
-        config["output_lens"] = [min(DEFAULTS["output_lens"][0], max(1, int(max_model_len) // 2))]
-    if max_model_len and "input_lens" not in chosen and isinstance(config["output_lens"], list) and config["output_lens"]:
-        try:
-            room = int(max_model_len) - max(int(v) for v in config["output_lens"])
-        except (TypeError, ValueError):
-            room = 0
-        if room >= 1:
-            config["input_lens"] = [min(DEFAULTS["input_lens"][0], room)]
     errors = []
     for key in ("concurrency", "input_lens", "output_lens"):
         values = config[key] if isinstance(config[key], list) else [config[key]]
@@ -85,6 +76,12 @@ def settings(given, max_model_len=None):
         except (TypeError, ValueError):
             errors.append("vllm_bench_%s must be a whole number, got %r" % (key, config[key]))
     config["regression_share"] = float(config["regression_share"])
+    if max_model_len and not errors:  # the lengths are whole numbers of 1 or more here
+        if "output_lens" not in chosen:
+            config["output_lens"] = [min(DEFAULTS["output_lens"][0], max(1, int(max_model_len) // 2))]
+        room = int(max_model_len) - max(config["output_lens"])
+        if "input_lens" not in chosen and room >= 1:
+            config["input_lens"] = [min(DEFAULTS["input_lens"][0], room)]
     return config, errors
 
 

@@ -142,13 +142,17 @@ def standing(inputs):
             "traps": inputs.get("traps") or {}}
 
 
-def judge_images(last, inputs, recipe):
+def same(running, last, names):
+    """Whether the containers ``names`` run as ``last`` recorded them (the same ID, started at the same time)."""
+    return {n: c[:2] for n, c in running.items() if n in names} == {n: c[:2] for n, c in last["containers"].items() if n in names}
+
+
+def judge_images(last, inputs, recipe, running):
     """Why the images, the models and the hub may not stand as ``last`` recorded them, or None: the recipe, the images
-    here and on the head, the hub's container."""
+    here and on the head, the hub's container (``running``: the containers as they run now)."""
     if recipe != last.get("recipe"):
         return "the recipe changed (the role, the inventory, the variables or the build sources)"
-    hub = containers([inputs["hub"]])
-    if {n: c[:2] for n, c in hub.items()} != {n: c[:2] for n, c in last["containers"].items() if n == inputs["hub"]}:
+    if not same(running, last, [inputs["hub"]]):
         return "the hub was restarted, stopped or removed"
     if images(list(last["images"]["here"])) != last["images"]["here"]:
         return "an image here changed"
@@ -157,7 +161,7 @@ def judge_images(last, inputs, recipe):
     return None
 
 
-def judge_nodes(last, inputs):
+def judge_nodes(last, inputs, running):
     """Why the nodes may not stand as ``last`` recorded them, or None; and their processes when they do."""
     now_traps = inputs.get("traps") or {}
     last_traps = last.get("traps") or {}
@@ -165,14 +169,13 @@ def judge_nodes(last, inputs):
         return "nodes to power-cycle", None
     if node_traps(now_traps) != node_traps(last_traps) or any(now_traps.get(k) or last_traps.get(k) for k in TOGGLES):
         return "node traps change", None
-    running = containers(inputs["nodes"])
-    if {n: c[:2] for n, c in running.items()} != {n: c[:2] for n, c in last["containers"].items() if n in inputs["nodes"]}:
+    if not same(running, last, inputs["nodes"]):
         return "a node was restarted, stopped or removed", None
     if files_digest(inputs["state"]) != last.get("state"):
         return "a key, the known hosts, a node's sysfs or devices changed", None
     if not all(answers(inputs["sockets"][n]) for n in inputs["nodes"]):
         return "a node's Docker daemon does not answer", None
-    return None, {n: c[2] for n, c in running.items()}
+    return None, {n: c[2] for n, c in running.items() if n in inputs["nodes"]}
 
 
 def check(path, inputs, keep=False):
@@ -189,10 +192,11 @@ def check(path, inputs, keep=False):
         finally:
             if not keep and os.path.lexists(path):
                 os.unlink(path)
-        why = judge_images(last, inputs, answer["recipe"])
+        running = containers(inputs["nodes"] + [inputs["hub"]])  # one docker inspect for the hub and the nodes
+        why = judge_images(last, inputs, answer["recipe"], running)
         if not why:
             answer.update(images_up=True, images={k: sorted(v) for k, v in last["images"].items()}, named=last.get("named") or {})
-            why, pids = judge_nodes(last, inputs)
+            why, pids = judge_nodes(last, inputs, running)
     except Exception as exc:  # pylint: disable=broad-except  # anything unread: every step runs
         return dict(answer, up=False, images_up=False, why="the record could not be compared (%s: %s)" % (type(exc).__name__, exc))
     if why:
