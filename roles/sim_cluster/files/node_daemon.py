@@ -22,7 +22,10 @@ The node's /proc/sys/vm/drop_caches is bound to <root>/nodes/<node>/run/drop_cac
 stand-in (gb10_memory.py) reads, so `echo 3 > /proc/sys/vm/drop_caches` on the node drops its simulated page cache.
 `--gpus all` needs nvidia-container-runtime-hook on dockerd's PATH; the stand-in in <root>/bin does nothing (the
 node has no GPU). The `nvidia` runtime a Spark's Docker lists (NVIDIA Container Toolkit) is runc here. Its images
-live in <root>/stores/<node>, kept when the nodes are removed.
+live in <root>/stores/<node>, kept when the nodes are removed. A node made anew (its folders are new: this machine never had
+it, or `state=absent` removed them) is a freshly installed Spark whose disk already holds the images, never a former
+node's containers: those a run left in the store (one killed before `state=absent` removed them) are removed before
+they can start again.
 
 The node's interfaces get a Spark's names: the management NIC enP7s7, the fabric port enp1s0f1np1.
 
@@ -49,7 +52,7 @@ def paths(root, node):
     return {"base": base, "var": os.path.join(base, "var"), "dev": os.path.join(base, "dev", "infiniband"),
             "run": os.path.join(base, "run"), "sock": os.path.join(base, "run", "docker", "docker.sock"),
             "pidfile": os.path.join(base, "run", "dockerd.pid"), "hosts": os.path.join(base, "run", "hosts"), "log": os.path.join(base, "run", "dockerd.log"),
-            "drop_caches": os.path.join(base, "run", "drop_caches"), "shm": os.path.join(base, "shm"),
+            "drop_caches": os.path.join(base, "run", "drop_caches"), "attached": os.path.join(base, "run", "store"), "shm": os.path.join(base, "shm"),
             "data": os.path.join(root, "stores", node), "exec": "/run/dgx-spark-sim/%s" % node, "bin": os.path.join(root, "bin")}
 
 
@@ -147,6 +150,32 @@ def booted(p, container_pid):
         return False
 
 
+def quiet_former_containers(p):
+    """Before dockerd loads the store of a node made anew: clear the restart policy of every container a former node
+    left there, so that none starts again (dockerd reads each container's hostconfig.json when it starts)."""
+    folder = os.path.join(p["data"], "containers")
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        path = os.path.join(folder, name, "hostconfig.json")
+        try:
+            with open(path, encoding="utf-8") as handle:
+                config = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        config["RestartPolicy"] = {"Name": "no", "MaximumRetryCount": 0}
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(config, handle)
+
+
+def remove_former_containers(p):
+    """Remove every container a former node left in the store; then mark the store as this node's."""
+    docker = ["docker", "-H", "unix://" + p["sock"]]
+    left = subprocess.run(docker + ["ps", "--all", "--quiet"], capture_output=True, text=True, check=True).stdout.split()
+    if left:
+        subprocess.run(docker + ["rm", "--force"] + left, capture_output=True, check=True)
+    with open(p["attached"], "w", encoding="utf-8") as handle:
+        handle.write(p["data"] + "\n")
+
+
 def start(p, node, container_pid, addresses):
     for dummy in range(300):  # Docker starts after the firewall, as on a Spark, so Ray's ports are never open
         if booted(p, container_pid):
@@ -154,6 +183,9 @@ def start(p, node, container_pid, addresses):
         time.sleep(0.1)
     else:
         sys.exit("%s's init did not finish its boot (%s/booted) within 30 s" % (node, p["run"]))
+    anew = not os.path.exists(p["attached"])
+    if anew:
+        quiet_former_containers(p)
     shutil.rmtree(p["exec"], ignore_errors=True)  # a Spark's /run is a tmpfs: a node that starts again finds it empty
     if os.path.exists(p["pidfile"]):  # its pid is in the node's PID namespace, where another process may hold it now
         os.unlink(p["pidfile"])
@@ -179,6 +211,8 @@ def start(p, node, container_pid, addresses):
         subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)  # pylint: disable=consider-using-with
     for dummy in range(300):
         if answers(p["sock"]):
+            if anew:
+                remove_former_containers(p)
             return running_pid(p)
         time.sleep(0.1)
     with open(p["log"], encoding="utf-8", errors="replace") as handle:
