@@ -97,7 +97,7 @@ def fixture_simulated_cluster(tmp_path_factory):
     yield tmp_path_factory.mktemp("awx-jobs")
 
 
-def test_plan_serve_status_teardown_as_awx_jobs(base):
+def test_plan_serve_status_upgrade_recover_teardown_as_awx_jobs(base):
     result, events, log = awx_job(base, "plan", "playbooks/plan.yml", dict(SURVEY, vllm_api_key=API_KEY))
     assert_successful(result, events, log)
     plan_text = task_result(events, "Show the plan")["msg"]
@@ -118,6 +118,18 @@ def test_plan_serve_status_teardown_as_awx_jobs(base):
     assert_successful(result, events, log)
     lines = task_result(events, "Show what runs where")["msg"]
     assert any("sim-tiny" in line for line in lines), lines
+
+    # Day two, each job in a fresh copy of the project (no .artifacts from the serve job): what to fall back to and
+    # what to restore come from the cluster (the head's last-known-good record), not from a controller that kept files.
+    result, events, log = awx_job(base, "upgrade", "playbooks/upgrade.yml", dict(SURVEY, vllm_api_key=API_KEY))
+    assert_successful(result, events, log)
+    assert task_result(events, "Show the change")["msg"] == "Nothing to upgrade: the plan is the last-known-good deployment"
+    result, events, log = awx_job(base, "recover", "playbooks/recover.yml", {"vllm_api_key": API_KEY})  # no survey answers
+    assert_successful(result, events, log)
+    restored = task_result(events, "Restore each deployment's last-known-good deployment (its record) instead of the "
+                           "inventory's choices")["ansible_facts"]["preflight_restore"]  # the survey's 2048, not the inventory's
+    assert [int(r["overrides"]["max_model_len"]) for r in restored.values()] == [2048], restored
+    assert task_result(events, "Show the decision")["msg"] == ["Nothing to recover: every node, Ray and the endpoint serve"]
 
     result, events, log = awx_job(base, "teardown", "playbooks/teardown.yml", {})
     assert_successful(result, events, log)
