@@ -809,7 +809,8 @@ def weights(action):
 
 
 def test_the_canary_keeps_the_answers_and_catches_other_weights(client):
-    """The first verified serve kept the canary's answers (token IDs) on the controller and on the head; other weights
+    """The first verified serve kept the canary's answers (token IDs) on the head and on the controller; with the
+    controller's copy gone (an AWX job's fresh project copy), the head's are the reference: other weights
     under the same name (a damaged or swapped snapshot, same sizes) are caught by name before the run says it serves; with
     the weights back, a launch that changes only --max-model-len gives the same tokens. Two launches: the first changes
     --max-model-len too, so each proves the canary across a launch of other flags."""
@@ -817,6 +818,7 @@ def test_the_canary_keeps_the_answers_and_catches_other_weights(client):
     reference = kept["models"]["dgx-spark-sim/sim-tiny"]
     assert len(reference["answers"]) == 5 and all(len(a["tokens"]) == 16 for a in reference["answers"])
     assert json.loads(node_docker_exec("sim-head", ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/config/canary-reference.json"])) == kept
+    os.unlink(os.path.join(SIM, ".artifacts", "canary-reference.json"))  # as in an AWX job's fresh copy: the head's is the truth
     weights("damage")
     try:
         started = time.monotonic()
@@ -834,6 +836,7 @@ def test_the_canary_keeps_the_answers_and_catches_other_weights(client):
     rc, out = playbook("serve", log="faults-serve-canary-restored", check=True)
     assert "sim-head: start vLLM" in out  # back from 768 to the profile's 1024
     assert "canary passed: 5 prompts agree with the reference token for token" in " ".join(out.split())
+    assert json.loads(open(os.path.join(SIM, ".artifacts", "canary-reference.json"), encoding="utf-8").read()) == kept  # the report again
     # The release names the vLLM serve.yml verified: the woken supervisor does not ask it the canary again.
     said = supervisor_did("sim-head", "completion passed", 30, since) or ""
     assert said.startswith("completion passed: verified by serve.yml") and said.endswith("not asked again"), said

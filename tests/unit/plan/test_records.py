@@ -172,3 +172,23 @@ def test_a_run_that_changes_nothing_commits_nothing_and_any_difference_commits_a
     plan["cluster"]["images_kept"] = 1
     plan["cluster"]["recorded"]["kept_images"] = ["dgx-spark-vllm-kept:dgx-spark-" + "9" * 12, plan["cluster"]["kept_image"]]
     assert records.commit_changes(plan, found)["reasons"] == ["the head's last-known-good record differs from this deployment's"]
+
+
+def test_the_plan_takes_the_record_and_the_references_the_head_keeps(tmp_path):
+    """The head's copies are the truth (an AWX job's fresh project copy has no controller copy): the inventory stage
+    asks the head's probe for both files, and the plan carries what it read."""
+    m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
+    inputs = spark_inputs(m25, tmp_path)
+    inputs["image_info"] = dict(inputs["image_info"], id=OLD_ID)
+    asked = deployment.plan_deployment(inputs, "inventory")["nodes"]
+    head_paths = plan_with(tmp_path)["nodes"]["spark1"]["paths"]
+    assert asked["spark1"]["probe"]["records"] == [head_paths["last_known_good_file"], head_paths["canary_file"]]
+    assert asked["spark2"]["probe"]["records"] == []  # a worker keeps neither
+    recorded = records.record(plan_with(tmp_path))
+    references = {"models": {"MiniMax-M2.5": {"answers": [{"prompt": "2+2=", "tokens": [19, 20]}]}}}
+    inputs["nodes"]["spark1"]["records"] = {head_paths["last_known_good_file"]: recorded, head_paths["canary_file"]: references}
+    plan = deployment.plan_deployment(inputs)
+    assert plan["ok"], plan["errors"]
+    assert plan["cluster"]["recorded"] == recorded and plan["cluster"]["canary_recorded"] == references
+    del inputs["nodes"]["spark1"]["records"]
+    assert deployment.plan_deployment(inputs)["cluster"]["canary_recorded"] is None
