@@ -127,7 +127,7 @@ def test_plan_serve_status_upgrade_recover_teardown_as_awx_jobs(base):
     result, events, log = awx_job(base, "recover", "playbooks/recover.yml", {"vllm_api_key": API_KEY})  # no survey answers
     assert_successful(result, events, log)
     restored = task_result(events, "Restore each deployment's last-known-good deployment (its record) instead of the "
-                           "inventory's choices")["ansible_facts"]["preflight_restore"]  # the survey's 2048, not the inventory's
+                           "inventory's choices")["results"][-1]["ansible_facts"]["preflight_restore"]  # the survey's 2048
     assert [int(r["overrides"]["max_model_len"]) for r in restored.values()] == [2048], restored
     assert task_result(events, "Show the decision")["msg"] == ["Nothing to recover: every node, Ray and the endpoint serve"]
 
