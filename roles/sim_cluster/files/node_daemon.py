@@ -166,14 +166,24 @@ def quiet_former_containers(p):
             json.dump(config, handle)
 
 
-def remove_former_containers(p):
-    """Remove every container a former node left in the store; then mark the store as this node's."""
-    docker = ["docker", "-H", "unix://" + p["sock"]]
-    left = subprocess.run(docker + ["ps", "--all", "--quiet"], capture_output=True, text=True, check=True).stdout.split()
-    if left:
-        subprocess.run(docker + ["rm", "--force"] + left, capture_output=True, check=True)
+def claim_store(p):
+    """Mark the store as this node's (``<root>/nodes/<node>/run/store``, which goes with the node's folders); True when
+    it was not yet, so its former containers are to go. A power cycle keeps the node's folders, so the mark: its
+    containers stay, as a Spark's do. The mark is written before the daemon starts, so a failure later never makes this
+    node's own containers look like a former node's."""
+    if os.path.exists(p["attached"]):
+        return False
     with open(p["attached"], "w", encoding="utf-8") as handle:
         handle.write(p["data"] + "\n")
+    return True
+
+
+def remove_former_containers(p):
+    """Remove every container a former node left in the store (best effort: one that stays has no restart policy)."""
+    docker = ["docker", "-H", "unix://" + p["sock"]]
+    left = subprocess.run(docker + ["ps", "--all", "--quiet"], capture_output=True, text=True, check=False).stdout.split()
+    if left:
+        subprocess.run(docker + ["rm", "--force"] + left, capture_output=True, check=False)
 
 
 def start(p, node, container_pid, addresses):
@@ -186,6 +196,7 @@ def start(p, node, container_pid, addresses):
     anew = not os.path.exists(p["attached"])
     if anew:
         quiet_former_containers(p)
+        claim_store(p)
     shutil.rmtree(p["exec"], ignore_errors=True)  # a Spark's /run is a tmpfs: a node that starts again finds it empty
     if os.path.exists(p["pidfile"]):  # its pid is in the node's PID namespace, where another process may hold it now
         os.unlink(p["pidfile"])
@@ -231,6 +242,7 @@ def main(argv):
     make_devices(p["dev"])
     pid = running_pid(p)
     if pid and same_netns(pid, container_pid) and answers(p["sock"]):
+        claim_store(p)  # a daemon answering in this node's namespace serves this node: its containers are this node's
         print(json.dumps({"changed": False, "pid": pid}))
         return
     stop(p)  # a daemon left in the namespace of a node that was restarted serves nothing there

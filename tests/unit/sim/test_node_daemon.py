@@ -29,7 +29,12 @@ def test_the_former_nodes_containers_lose_their_restart_policy_and_nothing_else(
     assert os.listdir(os.path.join(p["data"], "containers", "c3")) == []
 
 
-def test_a_store_never_used_is_fine_and_the_mark_is_in_the_nodes_own_folder(tmp_path):
+def test_the_store_is_claimed_once_per_node_made_anew_and_a_power_cycle_keeps_the_claim(tmp_path):
+    """The mark goes with the node's folders (state=absent removes them); a power cycle keeps them, so the node's own
+    containers are never taken for a former node's."""
     p = node_daemon.paths(str(tmp_path), "sim-head")
-    node_daemon.quiet_former_containers(p)  # no containers folder yet
-    assert p["attached"].startswith(os.path.join(str(tmp_path), "nodes", "sim-head") + os.sep)  # removed with the node
+    os.makedirs(p["run"])
+    node_daemon.quiet_former_containers(p)  # a store never used: nothing to quiet
+    assert node_daemon.claim_store(p) is True  # made anew: its former containers go
+    assert node_daemon.claim_store(p) is False  # started again (a power cycle, a daemon found answering): they stay
+    assert os.path.dirname(p["attached"]) == p["run"] and p["run"].startswith(os.path.join(str(tmp_path), "nodes", "sim-head"))
