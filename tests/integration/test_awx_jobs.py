@@ -14,13 +14,37 @@ import urllib.request
 import ansible_runner
 import docker
 import pytest
+import yaml
 
 from runner import ROOT, VENV_BIN, environment, node_docker, run
 
 pytestmark = pytest.mark.slow
 
 API_KEY = "awx-" + secrets.token_hex(16)
-SURVEY = {"vllm_profile": "sim_tiny", "vllm_backend": "ray", "vllm_max_model_len": 2048}
+SURVEY = {"vllm_max_model_len": 2048}  # profile and backend unanswered: the inventory's (sim_tiny, ray) stand
+
+
+def launch(playbook, answers=None, extra=None):
+    """The extra variables AWX gives a job launched from the playbook's template (awx/job_templates.yml): each survey
+    answer, refused outside its choices; an unanswered question nothing (or its default, as AWX sends it); then what
+    the operator typed as extra variables, which the template must ask for at launch."""
+    with open(os.path.join(ROOT, "awx", "job_templates.yml"), encoding="utf-8") as handle:
+        template = next(t for t in yaml.safe_load(handle)["dgx_spark_awx_job_templates"] if t["playbook"] == playbook)
+    questions = template["survey_spec"]["spec"] if template["survey_enabled"] else []
+    answers, variables = dict(answers or {}), {}
+    assert not set(answers) - {q["variable"] for q in questions}, "no such question in %s's survey" % playbook
+    for question in questions:
+        if question["variable"] in answers:
+            assert not question.get("choices") or answers[question["variable"]] in question["choices"], question
+            variables[question["variable"]] = answers[question["variable"]]
+        elif "default" in question:
+            variables[question["variable"]] = question["default"]
+        else:
+            assert not question.get("required"), question
+    if extra:
+        assert template.get("ask_variables_on_launch"), "%s does not ask for extra variables" % template["name"]
+        variables.update(extra)
+    return dict(variables, vllm_api_key=API_KEY)  # the endpoint credential injects the key into every job
 
 
 def awx_environment(private_data_dir):
@@ -98,12 +122,12 @@ def fixture_simulated_cluster(tmp_path_factory):
 
 
 def test_plan_serve_status_upgrade_recover_teardown_as_awx_jobs(base):
-    result, events, log = awx_job(base, "plan", "playbooks/plan.yml", dict(SURVEY, vllm_api_key=API_KEY))
+    result, events, log = awx_job(base, "plan", "playbooks/plan.yml", launch("playbooks/plan.yml", SURVEY))
     assert_successful(result, events, log)
     plan_text = task_result(events, "Show the plan")["msg"]
     assert "sim-head" in plan_text and "sim-worker1" in plan_text and "--max-model-len 2048" in plan_text
 
-    result, events, log = awx_job(base, "serve", "playbooks/serve.yml", dict(SURVEY, vllm_api_key=API_KEY))
+    result, events, log = awx_job(base, "serve", "playbooks/serve.yml", launch("playbooks/serve.yml", SURVEY))
     assert_successful(result, events, log)
     summary = task_result(events, "Show the summary")["msg"]
     assert summary["endpoint"] == "http://10.209.0.10:8000/v1" and summary["model"] == "sim-tiny"
@@ -114,24 +138,26 @@ def test_plan_serve_status_upgrade_recover_teardown_as_awx_jobs(base):
     assert status == 200 and answer["choices"][0]["message"]["content"]
 
     # A job of its own, without the plan serve wrote: status finds the model and the key on its own.
-    result, events, log = awx_job(base, "status", "playbooks/status.yml", {"vllm_api_key": API_KEY})
+    result, events, log = awx_job(base, "status", "playbooks/status.yml", launch("playbooks/status.yml"))
     assert_successful(result, events, log)
     lines = task_result(events, "Show what runs where")["msg"]
     assert any("sim-tiny" in line for line in lines), lines
 
     # Day two, each job in a fresh copy of the project (no .artifacts from the serve job): what to fall back to and
     # what to restore come from the cluster (the head's last-known-good record), not from a controller that kept files.
-    result, events, log = awx_job(base, "upgrade", "playbooks/upgrade.yml", dict(SURVEY, vllm_api_key=API_KEY))
+    # The upgrade's survey asks for the image; the context length the serve job chose is typed as an extra variable.
+    result, events, log = awx_job(base, "upgrade", "playbooks/upgrade.yml",
+                                  launch("playbooks/upgrade.yml", {"vllm_image": "dgx-spark-sim/runtime:sim"}, SURVEY))
     assert_successful(result, events, log)
     assert task_result(events, "Show the change")["msg"] == "Nothing to upgrade: the plan is the last-known-good deployment"
-    result, events, log = awx_job(base, "recover", "playbooks/recover.yml", {"vllm_api_key": API_KEY})  # no survey answers
+    result, events, log = awx_job(base, "recover", "playbooks/recover.yml", launch("playbooks/recover.yml"))  # no survey
     assert_successful(result, events, log)
     restored = task_result(events, "Restore each deployment's last-known-good deployment (its record) instead of the "
                            "inventory's choices")["results"][-1]["ansible_facts"]["preflight_restore"]  # the survey's 2048
     assert [int(r["overrides"]["max_model_len"]) for r in restored.values()] == [2048], restored
     assert task_result(events, "Show the decision")["msg"] == ["Nothing to recover: every node, Ray and the endpoint serve"]
 
-    result, events, log = awx_job(base, "teardown", "playbooks/teardown.yml", {})
+    result, events, log = awx_job(base, "teardown", "playbooks/teardown.yml", launch("playbooks/teardown.yml"))
     assert_successful(result, events, log)
     left = [c.name for node in ("sim-head", "sim-worker1")
             for c in node_docker(node).containers.list(all=True, filters={"label": "dgx_spark.vllm.managed=true"})]

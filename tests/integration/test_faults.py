@@ -16,7 +16,7 @@ import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring
 from load import Load
-from runner import ROOT, environment, node_docker, recap, record, run
+from runner import ROOT, SIM_ROOT, environment, node_docker, recap, record, run
 
 pytestmark = pytest.mark.slow
 
@@ -860,6 +860,71 @@ def test_bad_input_is_refused_before_any_change(client, extra, message):
     assert message in out and "sk-not-here" not in out
     assert every_container(client) == before
     record("bad input", " ".join(extra[1:]), "refused before any change: " + message)
+
+
+def test_logs_shows_every_ranks_last_lines_and_status_names_each_log(client):
+    rc, out = playbook("logs", "-e", "logs_lines=200", log="faults-logs")
+    assert rc == 0 and all(h["changed"] == 0 and h["failed"] == 0 for h in recap(out).values()), recap(out)
+    flat = " ".join(out.split())
+    for shown in ("sim-head: docker logs %s" % HEAD_RAY, "sim-worker1: docker logs %s" % WORKER_RAY,
+                  "sim-head: vLLM's log: docker exec %s tail /dgx-spark/logs/vllm.log" % HEAD_RAY):
+        assert shown in flat, shown
+    assert "POST /v1/chat/completions HTTP/1.1" in flat and flat.count("Ray runtime started") == 2  # vLLM's, each Ray's
+    rc, out = playbook("status", log="faults-status-logs")
+    flat = " ".join(out.split())
+    assert rc == 0 and "logs: docker logs %s, vLLM's log: docker exec %s tail" % (HEAD_RAY, HEAD_RAY) in flat, flat[-3000:]
+    assert "logs: docker logs %s" % WORKER_RAY in flat and "playbooks/logs.yml shows the last lines" in flat
+
+
+def readme_first_request():
+    """The README's first request, its shell and its Python block as written, for inventories/sim."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+        section = handle.read().split("### The first request", 1)[1]
+    shell = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    python = section.split("```python\n", 1)[1].split("```", 1)[0]
+    return [block.replace("inventories/mycluster", "inventories/sim") for block in (shell, python)]
+
+
+def test_the_readmes_first_request_answers_from_the_shell_and_from_python(client):
+    shell, python = readme_first_request()
+    answered = subprocess.run(["bash", "-c", "set -euo pipefail\n" + shell], cwd=ROOT, capture_output=True, text=True,
+                              timeout=180, check=False)
+    assert answered.returncode == 0, answered.stderr
+    completion = json.loads(answered.stdout)
+    assert completion["model"] == "sim-tiny" and completion["choices"][0]["message"]["content"], completion
+    answered = subprocess.run([os.path.join(ROOT, ".venv", "bin", "python"), "-c", python], cwd=ROOT, capture_output=True,
+                              text=True, timeout=180, check=False)
+    assert answered.returncode == 0 and answered.stdout.strip(), answered.stderr
+    assert api_key() not in answered.stdout + answered.stderr
+
+
+def test_a_head_that_cannot_ssh_to_a_worker_lacking_the_image_is_refused_before_any_change(client):
+    """The image is streamed `docker save | ssh <worker fabric address> docker load` from the head. A worker that lacks
+    it (its tag taken away, the image kept under another) and no longer authorizes the head's key: serve.yml refuses
+    after the plan and before any change, naming the head, the worker, what ssh said and the fix."""
+    image, keep = "dgx-spark-sim/runtime:sim", "dgx-spark-sim/runtime:reach-test"
+    keys = os.path.join(SIM_ROOT, "nodes", "sim-worker1", "run", "authorized_keys")
+    with open(keys, encoding="utf-8") as handle:
+        authorized = handle.read()
+    before = every_container(client)
+    worker().images.get(image).tag(keep)
+    worker().images.remove(image)  # only the tag: the image stays under the test's, the running worker keeps it
+    try:
+        with open(keys, "w", encoding="utf-8") as handle:  # the controller's key only, as on a Spark nobody prepared
+            handle.write(authorized.splitlines()[0] + "\n")
+        rc, out = playbook("serve", log="faults-serve-no-ssh-to-worker")
+        flat = " ".join(out.split())
+        assert rc != 0 and "The head sim-head cannot stream the image to sim-worker1, which lacks it" in flat, out[-3000:]
+        assert "Permission denied" in flat and "ssh-copy-id root@10.210.0.11" in flat and "Nothing was changed." in flat
+        assert every_container(client) == before
+        assert all(h["changed"] == 0 for h in recap(out).values()), recap(out)
+    finally:
+        with open(keys, "w", encoding="utf-8") as handle:
+            handle.write(authorized)
+        worker().images.get(keep).tag(image)
+        worker().images.remove(keep)
+    record("bad input", "a worker lacking the image that does not authorize the head's key",
+           "refused before any change: The head sim-head cannot stream the image to sim-worker1")
 
 
 BROKEN = b"""FROM dgx-spark-sim/runtime:sim

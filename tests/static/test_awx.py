@@ -117,13 +117,22 @@ def test_every_survey_variable_is_documented_with_its_type_and_choices(template)
             assert question["type"] in ("multiplechoice", "multiselect"), where
             assert question["choices"] == spec["choices"], where
         elif question["type"] in ("multiplechoice", "multiselect"):
-            # An open string the planner checks: the survey offers exactly what ships.
+            # An open string the planner checks: the survey offers exactly the production profiles that ship.
             assert variable == "vllm_profile", "%s: survey choices the spec does not have" % where
-            assert sorted(question["choices"]) == shipped_profiles()
-        if "default" in question and question.get("choices"):
-            assert question["default"] in question["choices"], where
+            assert sorted(question["choices"]) == [p for p in shipped_profiles() if not p.startswith("sim_")]
+        # A survey asks, it never overrides: AWX sends a default as though the operator chose it, over the inventory's
+        # value. Left empty, a question passes nothing; only the upgrade's image must be answered (upgrade to what?).
+        assert "default" not in question, "%s: a default overrides the inventory's value" % where
+        assert not question.get("required") or (template["playbook"], variable) == ("playbooks/upgrade.yml", "vllm_image"), where
         assert set(question) <= {"question_name", "question_description", "variable", "type", "choices", "default",
                                  "required", "min", "max", "new_question"}, where
+
+
+def test_every_template_takes_the_documented_variables_at_launch():
+    """AWX's "extra variables" on launch: what a survey does not ask is given there, as ansible-playbook -e gives it."""
+    for template in templates():
+        assert template.get("ask_variables_on_launch") is True, template["name"]
+    assert "ask_variables_on_launch: \"{{ item.ask_variables_on_launch" in open(os.path.join(ROOT, "playbooks", "awx.yml"), encoding="utf-8").read()
 
 
 def test_survey_bounds_match_what_the_planner_accepts():

@@ -303,11 +303,28 @@ def rsync_daemon(paths):
             "stop": ["sh", "-c", "%s; rm -f %s" % (stop, secrets)]}
 
 
+def log_reads(containers, is_head):
+    """How a node's logs are read, their last lines (logs.yml appends ``count`` and the number): Docker's log of each
+    container a rank runs in (``containers``: the Ray container and the mp backend's vLLM, whichever the node has), and
+    on the head vLLM's own log inside its Ray container, where vLLM runs as a process of it. Read through Docker, never
+    by root through a folder a container writes."""
+    found = []
+    for role in ("ray", "vllm"):
+        found.append({"what": "docker logs " + containers[role], "container": containers[role],
+                      "argv": ["docker", "logs", "--timestamps", containers[role]], "count": "--tail"})
+        if role == "ray" and is_head:
+            found.append({"what": "vLLM's log: docker exec %s tail %s" % (containers[role], VLLM_LOG), "container": containers[role],
+                          "argv": ["docker", "exec", containers[role], "tail", VLLM_LOG], "count": "-n"})
+    return found
+
+
 def image_stream(settings, head, name, fabric_ip, ssh_user):
     """How the head streams the image to worker ``name`` over the fast link (fact 14): ``docker save`` into ``docker
     load`` over SSH to the worker's fabric address, ``dd`` counting the bytes into a file on the head the wait reads."""
     progress = "%s/run/image-stream-to-%s.progress" % (node_paths(settings, head, None)["state_dir"], name)
     target = "%s@%s" % (ssh_user, fabric_ip) if ssh_user else fabric_ip
-    return {"progress_file": progress, "target": target,
+    # The check asks what the stream needs of the worker, with the stream's own ssh options, before any change: the
+    # head's key authorized there, its host key known on the head, and Docker answering the worker's user.
+    return {"progress_file": progress, "target": target, "check": ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", target, "docker", "version"],
             "cmd": "set -o pipefail && docker save %s | dd bs=4M status=progress 2>%s | ssh -o BatchMode=yes %s docker load"
                    % (shlex.quote(settings["image"] or ""), shlex.quote(progress), shlex.quote(target))}

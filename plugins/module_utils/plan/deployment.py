@@ -88,6 +88,8 @@ def cluster_paths(inputs):
     result = {"stage": "paths", "head": head, "nodes_order": order,
               "nodes": {n: {"is_head": n == head, "fabric_ip": str(inputs["nodes"][n].get("fabric_ip")), "paths": paths,
                             "containers": {role: container_name(settings, role, n) for role in ("ray", "vllm")},
+                            # each rank's logs on the node (logs.yml reads their last lines, status.yml names them)
+                            "logs": commands.log_reads({role: container_name(settings, role, n) for role in ("ray", "vllm")}, n == head),
                             "boot": boot.installed(paths["state_dir"], settings["cluster_name"], {
                                 "table": paths["firewall_table"], "record": paths["firewall_record"],
                                 "unit_name": firewall.unit_name(settings["cluster_name"])} if settings["firewall"] else None),
@@ -182,6 +184,9 @@ def plan_deployment(inputs, stage="full"):
     nodes_check.check_balance(order, inputs["nodes"], settings, findings)
     nodes_check.check_devices(order, inputs["nodes"], device_paths(settings), findings)
     result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])
+    # The workers the head streams the image to (an image built on the head reaches them all): roles/image/tasks/reach.yml
+    # checks each stream's path before any change.
+    result["image_stream_to"] = [n for n in order[1:] if settings["image_build"] or n in result["image_missing_on"]]
     result.update(cluster=cluster, deviations=profile.get("deviations") or [])
     for name in order:
         result["nodes"][name]["restore"] = changes.restore_steps(result, name, inputs["backend"])

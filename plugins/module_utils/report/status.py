@@ -6,10 +6,11 @@
 from __future__ import annotations
 
 
-def deployment(nodes, ray=None, endpoint=None):
+def deployment(nodes, ray=None, endpoint=None, logs=None):
     """One deployment's report. ``nodes``: {name: {"fabric_ip", "reachable", "containers": [docker ps JSON rows]}}; ``ray``: the
     ray_cluster_info result (or None when there is no Ray container); ``endpoint``: vllm_endpoint_info's
-    ``endpoint``. Returns {"healthy": bool, "lines": [...], "unhealthy_nodes": [...]}."""
+    ``endpoint``; ``logs``: each node's log reads (the paths plan's ``logs``), named for the containers it has.
+    Returns {"healthy": bool, "lines": [...], "unhealthy_nodes": [...]}."""
     ray = ray or {}
     state = ray.get("ray") or {}
     alive = set(state.get("alive_ips") or [])
@@ -35,6 +36,10 @@ def deployment(nodes, ray=None, endpoint=None):
             parts.append("next boot: %s" % boot["next_boot"])
             if boot.get("state"):
                 parts.append("supervisor: %s (%s)" % (boot["state"], boot.get("detail")))
+        names = {c.get("Names") for c in containers}
+        reads = [r["what"] for r in (logs or {}).get(name) or [] if r["container"] in names]
+        if reads:
+            parts.append("logs: " + ", ".join(reads))
         line = "%s (%s): %s" % (name, ip, "; ".join(parts))
         if problems:
             line += " -- NOT OK: %s" % ", ".join(problems)
@@ -56,6 +61,9 @@ def deployment(nodes, ray=None, endpoint=None):
     lines.append("Healthy" if healthy else "NOT healthy: run playbooks/serve.yml to restore service%s" % (
         (" (" + ", ".join(bad) + ")") if bad else ""))
     return {"healthy": healthy, "lines": lines, "unhealthy_nodes": bad}
+
+
+LOGS_HINT = "playbooks/logs.yml shows the last lines of every log named above"
 
 
 def live_line(live):
@@ -93,7 +101,7 @@ def report(states, gateway=None):
     model a deployment serves."""
     lines, healthy, served, unhealthy = [], True, [], []
     for name, state in states.items():
-        one = deployment(state["nodes"], state.get("ray"), state.get("endpoint"))
+        one = deployment(state["nodes"], state.get("ray"), state.get("endpoint"), state.get("logs"))
         if gateway is None:
             lines += one["lines"][:-1]
         else:
@@ -109,6 +117,8 @@ def report(states, gateway=None):
         healthy = False
         lines.append("Gateway %s/v1: NOT OK (%s)" % (gateway.get("url"), "; ".join(gateway.get("errors") or [])
                                                      or "does not list %s" % ", ".join(missing)))
+    if any(state.get("logs") for state in states.values()):
+        lines.append(LOGS_HINT)
     lines.append("Healthy" if healthy else "NOT healthy: run playbooks/serve.yml to restore service%s" % (
         (" (" + ", ".join(sorted(set(unhealthy))) + ")") if unhealthy else ""))
     return {"healthy": healthy, "lines": lines, "unhealthy_nodes": sorted(set(unhealthy))}

@@ -726,3 +726,20 @@ def test_an_option_the_plan_sets_is_refused_when_a_flag_says_otherwise(tmp_path,
     same = deployment.plan_deployment(dict(spark_inputs(m25, tmp_path / "same"), extra_flags={
         "--tensor-parallel-size": 2, "--port": "8000", "--gpu-memory-utilization": "0.850", "--pipeline-parallel-size": None}))
     assert same["ok"], same["errors"]
+
+
+def test_the_workers_the_image_is_streamed_to_each_with_the_streams_own_check(tmp_path, m25):
+    """Before any change, the head's ssh to each worker that lacks its image is tried with the stream's own options
+    (roles/image/tasks/reach.yml): the worker's user, its fabric address, Docker answering there."""
+    inputs = spark_inputs(m25, tmp_path, count=3)
+    for name, image_id in (("spark1", "sha256:" + "1" * 64), ("spark2", "sha256:" + "1" * 64), ("spark3", "sha256:" + "2" * 64)):
+        inputs["nodes"][name].update(docker={"runtimes": ["nvidia"]}, image_id=image_id)
+    inputs["nodes"]["spark3"]["ssh_user"] = "nvidia"
+    m25["parallel"].update(nodes=3, tensor=1, pipeline=1, data=3)
+    plan = deployment.plan_deployment(inputs)
+    assert plan["image_stream_to"] == ["spark3"]
+    stream = plan["nodes"]["spark3"]["image_stream"]
+    assert stream["check"] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "nvidia@192.168.100.12", "docker", "version"]
+    assert "ssh -o BatchMode=yes nvidia@192.168.100.12 docker load" in stream["cmd"]
+    inputs["settings"]["image_build"] = True  # an image built on the head reaches every worker
+    assert deployment.plan_deployment(inputs)["image_stream_to"] == ["spark2", "spark3"]

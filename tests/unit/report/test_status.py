@@ -56,3 +56,20 @@ def test_several_deployments_are_each_reported_and_the_gateway_must_list_every_m
     gone = status.report(states, {"url": "http://h:8000", "models": [], "errors": [
         "not ready after 0 s at http://h:8000: port not open"]})  # what vllm_endpoint_info says of a gateway that is gone
     assert gone["lines"][-2] == "Gateway http://h:8000/v1: NOT OK (not ready after 0 s at http://h:8000: port not open)"
+
+
+def test_each_node_names_the_logs_of_the_containers_it_runs_and_logs_yml_is_pointed_to():
+    """The paths plan's reads (plan/commands.log_reads): the node's own containers' logs, vLLM's on the head; a
+    container the node does not run (the mp backend's on a Ray cluster) is not named."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import commands  # pylint: disable=import-outside-toplevel
+
+    logs = {"a": commands.log_reads({"ray": "ray-a", "vllm": "vllm-a"}, True), "b": commands.log_reads({"ray": "ray-b", "vllm": "vllm-b"}, False)}
+    state = {"head": "a", "logs": logs, "ray": None, "endpoint": {"ready": True, "models": ["m"]},
+             "nodes": {"a": {"fabric_ip": "1", "containers": [ps_row("ray-a", "running", "Up")]},
+                       "b": {"fabric_ip": "2", "containers": [ps_row("ray-b", "running", "Up")]}}}
+    lines = status.report({"dgx-spark": state})["lines"]
+    assert lines[0] == ("a (1): ray-a running (Up); logs: docker logs ray-a, vLLM's log: docker exec ray-a tail "
+                        "/dgx-spark/logs/vllm.log")
+    assert lines[1] == "b (2): ray-b running (Up); logs: docker logs ray-b"
+    assert lines[-2:] == [status.LOGS_HINT, "Healthy"]
+    assert [r["argv"] + [r["count"], "5"] for r in logs["a"]][1] == ["docker", "exec", "ray-a", "tail", "/dgx-spark/logs/vllm.log", "-n", "5"]
