@@ -28,6 +28,7 @@ ARGUMENT_SPEC = dict(
     bound=dict(type="float"),
     published=dict(type="list", elements="dict", default=[]),
     share=dict(type="float", default=bench.DEFAULTS["regression_share"]),
+    recorded=dict(type="dict"),
 )
 
 
@@ -115,9 +116,10 @@ class ActionModule(ControllerAction):
 
     def act(self, result, args, task_vars):
         folder, rows, meta = args["folder"], args["rows"], args["meta"]
-        before = previous_run(args["runs_dir"], folder, meta.get("profile"))
-        text = bench_results.summary(rows, before, meta, args["bound"], args["published"], args["share"])
-        result.update(changed=False, folder=folder, summary=text,
+        before, differ = bench_results.previous_run(args["recorded"], previous_run(args["runs_dir"], folder, meta.get("profile")))
+        text = bench_results.summary(rows, before, meta, args["bound"], args["published"], args["share"]) + (differ + "\n" if differ else "")
+        run = {"meta": meta, "rows": rows, "decode_bound": args["bound"], "published": args["published"]}
+        result.update(changed=False, folder=folder, summary=text, run=run,
                       regressions=bench_results.regressions(rows, (before or {}).get("rows"), args["share"]) if before else [],
                       previous=(before or {}).get("meta", {}).get("taken_at"))
         if self._task.check_mode:
@@ -127,8 +129,7 @@ class ActionModule(ControllerAction):
             with open(os.path.join(folder, "bench.csv"), "w", encoding="utf-8") as handle:
                 handle.write(bench_results.csv_text(rows))
             with open(os.path.join(folder, "bench.json"), "w", encoding="utf-8") as handle:
-                json.dump({"meta": meta, "rows": rows, "decode_bound": args["bound"], "published": args["published"]}, handle,
-                          indent=2, sort_keys=True)
+                json.dump(run, handle, indent=2, sort_keys=True)
                 handle.write("\n")
             with open(os.path.join(folder, "summary.md"), "w", encoding="utf-8") as handle:
                 handle.write(text)

@@ -65,6 +65,12 @@ options:
     description: How much worse than the previous run a figure may be before it is flagged.
     type: float
     default: 0.1
+  recorded:
+    description:
+      - The head's record of the profile's last run (its bench.json, read by the probe from the head's state folder).
+        It is the run compared with, before any run under O(runs_dir): the cluster keeps it, while an AWX job's fresh
+        copy of the project has no earlier run. Where the controller's newest run differs, the summary says so.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -85,6 +91,10 @@ regressions:
   description: The figures worse than the previous run's by more than O(share), as sentences.
   type: list
   elements: str
+  returned: always
+run:
+  description: The run as written to C(bench.json) (C(meta), C(rows), C(decode_bound), C(published)), for the head's record.
+  type: dict
   returned: always
 files:
   description: The files in O(folder).

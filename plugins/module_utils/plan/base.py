@@ -160,6 +160,7 @@ def node_paths(settings, node, model_id):
         "baseline_file": state + "/run/baseline.json",
         "last_known_good_file": state + "/config/last-known-good.json",  # serve.yml's record of what last served
         "canary_file": state + "/config/canary-reference.json",          # the canary's reference answers
+        "bench_record_file": state + "/config/bench-last.json",          # bench.yml's last run of each profile
         "vllm_state_file": state + "/container/run/vllm.json",
         "image_info_cache": state + "/image-info",
         "fetch_script": state + "/container/bin/fetch_model.py",

@@ -66,7 +66,7 @@ def probe_args(inputs, settings, result, node, paths):
             "serve_container": container, "serve_state_file_host": paths["vllm_state_file"],
             "models_dir": paths["models_dir"], "model": result["model"]["id"],
             "revision": result["model"]["revision"], "paths": probe_paths(paths) + boot.probe_paths(supervisor),
-            "records": [paths["last_known_good_file"], paths["canary_file"]] if head else [],
+            "records": [paths["last_known_good_file"], paths["canary_file"], paths["bench_record_file"]] if head else [],
             "supervisor": {"paths": supervisor, "unit_name": boot.unit_name(settings["cluster_name"])},
             "kept_reference": records.kept_reference(settings["cluster_name"]), "devices": device_paths(settings),
             "firewall": {"table": paths["firewall_table"], "record": paths["firewall_record"]} if settings["firewall"] else None,
@@ -194,6 +194,7 @@ def plan_deployment(inputs, stage="full"):
     kept = inputs["nodes"][head].get("records") or {}  # what the head keeps: the truth (an AWX job's project copy has none)
     cluster["recorded"] = kept.get(result["nodes"][head]["paths"]["last_known_good_file"])
     cluster["canary_recorded"] = kept.get(result["nodes"][head]["paths"]["canary_file"])
+    cluster["bench_recorded"] = kept.get(result["nodes"][head]["paths"]["bench_record_file"]) or {}  # {profile: its last run}
     cluster["commit"] = records.commit_changes(result, {n: inputs["nodes"][n] for n in order})
     return result
 

@@ -91,6 +91,17 @@ def regressions(rows, previous, share):
     return found
 
 
+def previous_run(recorded, kept):
+    """The run a new one is compared with: the head's record of the profile's last run (the cluster's own, which an AWX
+    job's fresh copy of the project lacks) before the controller's newest kept run. Where both exist and differ, the
+    head's wins and the difference is said. Returns (that run's bench.json or None, a sentence or None)."""
+    taken = [((run or {}).get("meta") or {}).get("taken_at") for run in (recorded, kept)]
+    if recorded and kept and taken[0] != taken[1]:
+        return recorded, ("The controller's newest run of this profile (%s) is not the one the head recorded (%s); compared "
+                          "with the head's." % (taken[1], taken[0]))
+    return recorded or kept or None, None
+
+
 def summary(rows, previous, meta, bound, published, share):
     """The Markdown summary: the deployment, the table, the bound, the published figures and the comparison with
     ``previous`` (the previous run's bench.json: its meta and rows)."""

@@ -129,6 +129,19 @@ def test_the_report_compares_with_the_newest_earlier_run_of_the_same_profile(tmp
     assert bench_report.previous_run(str(tmp_path), str(tmp_path / "x"), "none") is None
 
 
+def test_the_heads_record_of_the_last_run_is_compared_with_before_the_controllers():
+    """An AWX job's fresh project has no earlier run: the head's record is the one compared with; where the controller
+    kept another, the head's wins and the summary says so."""
+    head = {"meta": {"taken_at": "20261126T100000Z"}, "rows": []}
+    controller = {"meta": {"taken_at": "20261125T100000Z"}, "rows": []}
+    assert bench_results.previous_run(head, None) == (head, None)
+    assert bench_results.previous_run(None, controller) == (controller, None)
+    assert bench_results.previous_run(None, None) == (None, None)
+    assert bench_results.previous_run(head, dict(head)) == (head, None)
+    assert bench_results.previous_run(head, controller) == (head, "The controller's newest run of this profile (20261125T100000Z) "
+                                                            "is not the one the head recorded (20261126T100000Z); compared with the head's.")
+
+
 def test_the_points_command_prints_only_its_result_and_hands_the_key_to_the_bench_alone(tmp_path):
     """The point's shell as the head's container runs it, with a stand-in for vllm bench serve that says something and
     writes its result file where --result-dir points: stdout is the result file, the bench's own output goes to stderr."""

@@ -182,13 +182,17 @@ def test_the_plan_takes_the_record_and_the_references_the_head_keeps(tmp_path):
     inputs["image_info"] = dict(inputs["image_info"], id=OLD_ID)
     asked = deployment.plan_deployment(inputs, "inventory")["nodes"]
     head_paths = plan_with(tmp_path)["nodes"]["spark1"]["paths"]
-    assert asked["spark1"]["probe"]["records"] == [head_paths["last_known_good_file"], head_paths["canary_file"]]
-    assert asked["spark2"]["probe"]["records"] == []  # a worker keeps neither
+    assert asked["spark1"]["probe"]["records"] == [head_paths["last_known_good_file"], head_paths["canary_file"], head_paths["bench_record_file"]]
+    assert asked["spark2"]["probe"]["records"] == []  # a worker keeps none
     recorded = records.record(plan_with(tmp_path))
     references = {"models": {"MiniMax-M2.5": {"answers": [{"prompt": "2+2=", "tokens": [19, 20]}]}}}
-    inputs["nodes"]["spark1"]["records"] = {head_paths["last_known_good_file"]: recorded, head_paths["canary_file"]: references}
+    bench = {"minimax_m25_nvfp4_ep": {"meta": {"taken_at": "20261126T120000Z"}, "rows": []}}
+    inputs["nodes"]["spark1"]["records"] = {head_paths["last_known_good_file"]: recorded, head_paths["canary_file"]: references,
+                                           head_paths["bench_record_file"]: bench}
     plan = deployment.plan_deployment(inputs)
     assert plan["ok"], plan["errors"]
     assert plan["cluster"]["recorded"] == recorded and plan["cluster"]["canary_recorded"] == references
+    assert plan["cluster"]["bench_recorded"] == bench
     del inputs["nodes"]["spark1"]["records"]
     assert deployment.plan_deployment(inputs)["cluster"]["canary_recorded"] is None
+    assert deployment.plan_deployment(inputs)["cluster"]["bench_recorded"] == {}
