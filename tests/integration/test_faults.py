@@ -1037,6 +1037,9 @@ def test_bench_writes_csv_json_plots_and_a_summary_compared_with_the_previous_ru
                            check=True)
         flat = " ".join(out.split())
         assert "Compared with the previous run of this profile (%s)" % saved["meta"]["taken_at"] in flat, flat[-3000:]
+        again = re.search(r"taken (\d{8}T\d{6}Z)", flat).group(1)
+        rc, out = playbook("status", log="faults-status-bench")  # listed from the head's record, not the controller's files
+        assert rc == 0 and "Bench, last run of sim_tiny: %s, 1 point(s), best " % again in " ".join(out.split()), out[-3000:]
     finally:
         shutil.rmtree(os.path.join(SIM, ".artifacts", "bench"), ignore_errors=True)
         shutil.move(os.path.join(SIM, ".artifacts", "bench-moved"), os.path.join(SIM, ".artifacts", "bench"))

@@ -102,6 +102,18 @@ def previous_run(recorded, kept):
     return recorded or kept or None, None
 
 
+def last_runs(recorded):
+    """status.yml's lines for the head's record of bench's last run of each profile ({profile: its bench.json})."""
+    lines = []
+    for profile, run in sorted((recorded or {}).items()):
+        measured = [r for r in run.get("rows") or [] if r.get("output_tokens_per_s") is not None]
+        best = max(measured, key=lambda r: r["output_tokens_per_s"]) if measured else None
+        lines.append("Bench, last run of %s: %s, %d point(s)%s" % (
+            profile, (run.get("meta") or {}).get("taken_at"), len(run.get("rows") or []),
+            ", best %s output tokens/s at concurrency %s" % (best["output_tokens_per_s"], best["concurrency"]) if best else ", no result"))
+    return lines
+
+
 def summary(rows, previous, meta, bound, published, share):
     """The Markdown summary: the deployment, the table, the bound, the published figures and the comparison with
     ``previous`` (the previous run's bench.json: its meta and rows)."""

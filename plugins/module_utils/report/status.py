@@ -5,11 +5,14 @@
 
 from __future__ import annotations
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import bench as bench_results
 
-def deployment(nodes, ray=None, endpoint=None, logs=None):
+
+def deployment(nodes, ray=None, endpoint=None, logs=None, bench=None):
     """One deployment's report. ``nodes``: {name: {"fabric_ip", "reachable", "containers": [docker ps JSON rows]}}; ``ray``: the
     ray_cluster_info result (or None when there is no Ray container); ``endpoint``: vllm_endpoint_info's
-    ``endpoint``; ``logs``: each node's log reads (the paths plan's ``logs``), named for the containers it has.
+    ``endpoint``; ``logs``: each node's log reads (the paths plan's ``logs``), named for the containers it has; ``bench``:
+    the head's record of bench's last run of each profile.
     Returns {"healthy": bool, "lines": [...], "unhealthy_nodes": [...]}."""
     ray = ray or {}
     state = ray.get("ray") or {}
@@ -57,6 +60,7 @@ def deployment(nodes, ray=None, endpoint=None, logs=None):
             lines.append(live_line(endpoint["live"]))
     else:
         lines.append("Endpoint: NOT serving (%s)" % "; ".join(endpoint.get("errors") or ["no answer"]))
+    lines += bench_results.last_runs(bench)
     healthy = not bad and bool(endpoint.get("ready")) and not (ray and not state) and not state.get("missing_ips")
     lines.append("Healthy" if healthy else "NOT healthy: run playbooks/serve.yml to restore service%s" % (
         (" (" + ", ".join(bad) + ")") if bad else ""))
@@ -101,7 +105,7 @@ def report(states, gateway=None):
     model a deployment serves."""
     lines, healthy, served, unhealthy = [], True, [], []
     for name, state in states.items():
-        one = deployment(state["nodes"], state.get("ray"), state.get("endpoint"), state.get("logs"))
+        one = deployment(state["nodes"], state.get("ray"), state.get("endpoint"), state.get("logs"), state.get("bench"))
         if gateway is None:
             lines += one["lines"][:-1]
         else:

@@ -188,7 +188,7 @@ def test_the_plan_takes_the_record_and_the_references_the_head_keeps(tmp_path):
     references = {"models": {"MiniMax-M2.5": {"answers": [{"prompt": "2+2=", "tokens": [19, 20]}]}}}
     bench = {"minimax_m25_nvfp4_ep": {"meta": {"taken_at": "20261126T120000Z"}, "rows": []}}
     inputs["nodes"]["spark1"]["records"] = {head_paths["last_known_good_file"]: recorded, head_paths["canary_file"]: references,
-                                           head_paths["bench_record_file"]: bench}
+                                            head_paths["bench_record_file"]: bench}
     plan = deployment.plan_deployment(inputs)
     assert plan["ok"], plan["errors"]
     assert plan["cluster"]["recorded"] == recorded and plan["cluster"]["canary_recorded"] == references

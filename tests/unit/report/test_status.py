@@ -73,3 +73,14 @@ def test_each_node_names_the_logs_of_the_containers_it_runs_and_logs_yml_is_poin
     assert lines[1] == "b (2): ray-b running (Up); logs: docker logs ray-b"
     assert lines[-2:] == [status.LOGS_HINT, "Healthy"]
     assert [r["argv"] + [r["count"], "5"] for r in logs["a"]][1] == ["docker", "exec", "ray-a", "tail", "/dgx-spark/logs/vllm.log", "-n", "5"]
+
+
+def test_bench_last_runs_the_head_recorded_are_listed():
+    run = {"meta": {"taken_at": "20261127T100000Z"}, "rows": [
+        {"concurrency": 1, "output_tokens_per_s": 40.5}, {"concurrency": 4, "output_tokens_per_s": 120.25},
+        {"concurrency": 8, "output_tokens_per_s": None}]}
+    state = dict(one(["m"]), bench={"sim_tiny": run, "other": {"meta": {"taken_at": "x"}, "rows": []}})
+    lines = status.report({"dgx-spark": state})["lines"]
+    assert "Bench, last run of sim_tiny: 20261127T100000Z, 3 point(s), best 120.25 output tokens/s at concurrency 4" in lines
+    assert "Bench, last run of other: x, 0 point(s), no result" in lines
+    assert lines[-1] == "Healthy"
