@@ -68,8 +68,8 @@ options:
   recorded:
     description:
       - The head's record of the profile's last run (its bench.json, read by the probe from the head's state folder).
-        It is the run compared with, before any run under O(runs_dir): the cluster keeps it, while an AWX job's fresh
-        copy of the project has no earlier run. Where the controller's newest run differs, the summary says so.
+        It is the run compared with, before any run under O(runs_dir), because the cluster keeps it while an AWX job's
+        fresh copy of the project has no earlier run. Where the controller's newest run differs, the summary says so.
     type: dict
 """
 
