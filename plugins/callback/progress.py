@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 name: progress
 type: stdout
 short_description: Ansible's default output, with every wait shown as progress instead of a red line per poll
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - A task that waits polls (C(until) with C(retries)); Ansible's default output prints
     C(FAILED - RETRYING ... (N retries left)) in red for every poll, which reads as a failure when nothing failed and

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: bench_report
 short_description: Write a benchmark run's CSV, JSON, plots and summary on the controller
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - Writes, in O(folder), C(bench.csv) and C(bench.json) (one row per point of the sweep), C(throughput.png) and
     C(latency.png) against concurrency (matplotlib, headless), and C(summary.md).

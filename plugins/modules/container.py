@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: container
 short_description: Apply one container as the plan specifies it
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Turns a container spec of the plan of M(dgx_spark.vllm.vllm_cluster_plan) (C(nodes.<host>.containers), C(gateway.container),
     C(monitoring.container)) into a C(community.docker.docker_container) call; the same call for the Ray head, the workers,

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: copy_progress_info
 short_description: Look once at a copy running as an async job, and say how far it is
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - A copy of many gigabytes (an image streamed from the head, a model's weights) runs for minutes. Run as one task,
     it shows nothing until it ends; polled with C(async_status), it shows a red line per poll and no figure.

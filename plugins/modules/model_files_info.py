@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: model_files_info
 short_description: Say whether a model is complete on a node, and what is missing
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Finds the model under O(models_dir) (the Hugging Face cache layout C(huggingface/hub/models--<org>--<name>) for a
     repository id, C(<models_dir>/<folder>) for a path C(/models/<folder>)) and checks the copy, B(before) vLLM

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_teardown
 short_description: Take one node of a cluster back, in one call, touching only what the collection made there
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Finds the containers of O(cluster) on O(node) that carry the collection's C(managed) label; nothing else is touched,
     whatever its name.

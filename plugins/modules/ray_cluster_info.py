@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: ray_cluster_info
 short_description: Read a Ray cluster's nodes and GPUs, and wait until the expected ones have joined
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Runs a short Ray driver on a cluster node (inside the container named by O(container), or on the
     host) that reads C(ray.nodes()). Works with the Ray dashboard off, which is how this collection

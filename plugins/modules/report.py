@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: report
 short_description: Write a report of this run (plan.json, summary.json) on the controller
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Writes O(data) as indented JSON to O(path) on the controller, making its folder; atomically (a reader never
     sees half a file).

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: ring_netplan
 short_description: Try a switchless ring's netplan with a rollback armed, then confirm it or roll it back
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - C(netplan try) made non-interactive (see C(module_utils/node/netplan_try.py) for why the steps are split).
   - O(state=tried) validates O(content) with netplan's own generator (C(netplan generate --root-dir)), keeps the

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: roce_gid_info
 short_description: Read a node's RoCE ports and GID tables, and the NCCL choices they imply
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Walks C(<sysfs_root>/class/infiniband/*/ports/*) and returns, for every RDMA port, its state, link
     layer, netdev and GID table (index, GID, RoCE type, netdev, IPv4 address).

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: spark_node_info
 short_description: Read everything the planner needs from one node, in one call
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - One module call per node instead of one per fact, since a task costs a round trip to the node and a re-run on a
     healthy cluster should take seconds. It reads what the single-purpose probes read, with their code.

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: unified_memory_info
 short_description: Read a node's unified CPU/GPU memory as vLLM on a GB10 will see it
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Reads C(<proc_root>/meminfo), the processes under O(proc_root) and C(nvidia-smi), and returns
     what vLLM on an integrated GPU (DGX Spark, GB10) will find at start-up.

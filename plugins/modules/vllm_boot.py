@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: vllm_boot
 short_description: Install, hold, release or remove the node's supervisor that brings the model back after a boot
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - A node that reboots, or a head whose vLLM dies when a worker reboots, comes back to serving with no operator
     action only if something on the node starts it again. C(vllm serve) is a process exec'd into the head's Ray

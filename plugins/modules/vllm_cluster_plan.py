@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: vllm_cluster_plan
 short_description: Plan a multi-node vLLM deployment from the inventory, probe facts and a model profile
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Runs on the controller (action plugin). Reads the inventory groups (O(head_group), O(worker_group)), each
     host's C(spark_fabric_ip) and C(spark_fabric_interfaces), and the probe facts each host holds in

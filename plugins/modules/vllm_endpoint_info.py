@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: vllm_endpoint_info
 short_description: Check that a vLLM endpoint is ready and does what its profile promises
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Runs on the controller, in the controller's process (its action plugin), as a client asks the endpoint; the
     module is the same check for a task sent elsewhere.

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: vllm_image_info
 short_description: Read what a vLLM image offers, the vLLM and Ray versions, its serve flags and parsers
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Runs the image once (C(docker run --rm --network none)) and builds vLLM's own argument parser to list every
     option string C(vllm serve) accepts with its choices, and the reasoning and tool-call parsers it registers.

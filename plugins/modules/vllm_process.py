@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: vllm_process
 short_description: Run vLLM detached inside a container, in its own process group, idempotently
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Starts a command (C(vllm serve ...)) inside a running container with C(docker exec), under C(setsid), so its
     PID is the process group of vLLM and everything it spawns; its output goes to a log file in the container.
