@@ -41,7 +41,7 @@ attributes:
       - The whole module runs on the controller.
 options:
   profile:
-    description: Name of a model profile (for example C(sim_tiny), C(minimax_m25_nvfp4_ep)).
+    description: Name of a model profile, a file of C(profiles/) or of O(profile_dirs) without C(.yml) (for example C(minimax_m25_nvfp4_ep)).
     type: str
   profile_file:
     description: Path of a profile file of your own, instead of O(profile).
