@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set-up of a machine for this collection. Idempotent; every step is skipped when already done.
-#   - .venv with the pinned Python requirements (requirements-dev.txt)
+#   - .venv with the pinned Python requirements (requirements-dev.txt, which includes requirements-test.txt and requirements.txt)
 #   - Docker (Debian's docker.io) with a running daemon, and debootstrap for the simulated cluster
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ python=${PYTHON:-python3}
   || die "$python is $("$python" -V 2>&1); ansible-core 2.19 needs Python 3.11 or newer (set PYTHON=/path/to/python3.11)"
 
 # 1. Python virtualenv with pinned requirements; reinstalled only when a requirements file changes.
-want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-test.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
   "$python" -m venv .venv
