@@ -877,6 +877,32 @@ def test_logs_shows_every_ranks_last_lines_and_status_names_each_log(client):
     assert "logs: docker logs %s" % WORKER_RAY in flat and "playbooks/logs.yml shows the last lines" in flat
 
 
+def test_a_user_whom_sudo_asks_for_a_password_is_refused_at_the_probe_and_plans_once_it_need_not(client):
+    """On DGX OS the SSH user runs root's steps through sudo. A user whom sudo asks for a password nobody gave is refused
+    at the probe, before any change, naming the host, the user and both fixes; with a NOPASSWD rule the same user plans."""
+    user = "spark"
+    make = ("id {u} >/dev/null 2>&1 || useradd -m -s /bin/bash {u}; install -d -m 0700 -o {u} -g {u} /home/{u}/.ssh; "
+            "cp /root/.ssh/authorized_keys /home/{u}/.ssh/authorized_keys; chown {u}: /home/{u}/.ssh/authorized_keys").format(u=user)
+    before = every_container(client)
+    try:
+        for node in ("sim-head", "sim-worker1"):
+            node_shell(client, node, make)
+        rc, out = playbook("plan", "-e", "ansible_user=" + user, log="faults-plan-sudo-password")
+        flat = " ".join(out.split()).replace("''", "'")
+        assert rc != 0 and "sudo asked spark for a password, and none was given" in flat, flat[-3000:]
+        assert '"spark ALL=(ALL) NOPASSWD: ALL" in /etc/sudoers.d/' in flat and "--ask-become-pass" in flat
+        assert re.search(r"sim-(head|worker1): sudo asked spark", flat) and every_container(client) == before
+        for node in ("sim-head", "sim-worker1"):
+            node_shell(client, node, "echo '%s ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/%s && chmod 0440 /etc/sudoers.d/%s" % (user, user, user))
+        rc, out = playbook("plan", "-e", "ansible_user=" + user, log="faults-plan-sudo-nopasswd")
+        assert rc == 0, out[-3000:]
+    finally:
+        for node in ("sim-head", "sim-worker1"):
+            node_shell(client, node, "rm -f /etc/sudoers.d/%s; userdel -r %s 2>/dev/null; true" % (user, user))
+    record("bad input", "an SSH user whom sudo asks for a password", "refused at the probe before any change, naming "
+           "the host, the user, a NOPASSWD rule and --ask-become-pass")
+
+
 def readme_first_request():
     """The README's first request, its shell and its Python block as written, for inventories/sim."""
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
