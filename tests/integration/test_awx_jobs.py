@@ -150,12 +150,23 @@ def test_plan_serve_status_upgrade_recover_teardown_as_awx_jobs(base):
                                   launch("playbooks/upgrade.yml", {"vllm_image": "dgx-spark-sim/runtime:sim"}, SURVEY))
     assert_successful(result, events, log)
     assert task_result(events, "Show the change")["msg"] == "Nothing to upgrade: the plan is the last-known-good deployment"
+    # The head's state folder loses its records (a reinstall, a new disk): the next node's copy is the way back.
+    record = "/var/lib/dgx-spark-vllm/dgx-spark/config/last-known-good.json"
+    nodes = docker.from_env().containers
+    copy = nodes.get("sim-worker1").exec_run(["cat", record])
+    assert copy.exit_code == 0 and json.loads(copy.output)["overrides"]["max_model_len"] in (2048, "2048"), copy.output[:500]
+    assert nodes.get("sim-head").exec_run(["rm", record]).exit_code == 0
     result, events, log = awx_job(base, "recover", "playbooks/recover.yml", launch("playbooks/recover.yml"))  # no survey
     assert_successful(result, events, log)
     restored = task_result(events, "Restore each deployment's last-known-good deployment (its record) instead of the "
                            "inventory's choices")["results"][-1]["ansible_facts"]["preflight_restore"]  # the survey's 2048
     assert [int(r["overrides"]["max_model_len"]) for r in restored.values()] == [2048], restored
     assert task_result(events, "Show the decision")["msg"] == ["Nothing to recover: every node, Ray and the endpoint serve"]
+    # The next serve job writes the head's record again from the copy (the commit step: the head has none).
+    result, events, log = awx_job(base, "serve-again", "playbooks/serve.yml", launch("playbooks/serve.yml", SURVEY))
+    assert_successful(result, events, log)
+    again = json.loads(nodes.get("sim-head").exec_run(["cat", record]).output)
+    assert dict(again, verified_at=None) == dict(json.loads(copy.output), verified_at=None), again
 
     result, events, log = awx_job(base, "teardown", "playbooks/teardown.yml", launch("playbooks/teardown.yml"))
     assert_successful(result, events, log)
