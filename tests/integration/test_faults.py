@@ -870,7 +870,8 @@ def test_logs_shows_every_ranks_last_lines_and_status_names_each_log(client):
     for shown in ("sim-head: docker logs %s" % HEAD_RAY, "sim-worker1: docker logs %s" % WORKER_RAY,
                   "sim-head: vLLM's log: docker exec %s tail /dgx-spark/logs/vllm.log" % HEAD_RAY):
         assert shown in flat, shown
-    assert "POST /v1/chat/completions HTTP/1.1" in flat and flat.count("Ray runtime started") == 2  # vLLM's, each Ray's
+    # vLLM's requests, and each Ray container's start (Docker keeps a container's log across its restarts: at least two)
+    assert "POST /v1/chat/completions HTTP/1.1" in flat and flat.count("Ray runtime started") >= 2
     rc, out = playbook("status", log="faults-status-logs")
     flat = " ".join(out.split()).replace("''", "'")  # the YAML callback quotes a line holding an apostrophe
     assert rc == 0 and "logs: docker logs %s, vLLM's log: docker exec %s tail" % (HEAD_RAY, HEAD_RAY) in flat, flat[-3000:]
