@@ -116,7 +116,7 @@ class ActionModule(ControllerAction):
 
     def act(self, result, args, task_vars):
         folder, rows, meta = args["folder"], args["rows"], args["meta"]
-        before, differ = bench_results.previous_run(args["recorded"], previous_run(args["runs_dir"], folder, meta.get("profile")))
+        before, differ = bench_results.compare_with(args["recorded"], previous_run(args["runs_dir"], folder, meta.get("profile")))
         text = bench_results.summary(rows, before, meta, args["bound"], args["published"], args["share"]) + (differ + "\n" if differ else "")
         run = {"meta": meta, "rows": rows, "decode_bound": args["bound"], "published": args["published"]}
         result.update(changed=False, folder=folder, summary=text, run=run,

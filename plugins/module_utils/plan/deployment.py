@@ -87,9 +87,9 @@ def cluster_paths(inputs):
     logs = reports(settings)["logs"]
     result = {"stage": "paths", "head": head, "nodes_order": order,
               "nodes": {n: {"is_head": n == head, "fabric_ip": str(inputs["nodes"][n].get("fabric_ip")), "paths": paths,
-                            "containers": {role: container_name(settings, role, n) for role in ("ray", "vllm")},
+                            "containers": containers,
                             # each rank's logs on the node (logs.yml reads their last lines, status.yml names them)
-                            "logs": commands.log_reads({role: container_name(settings, role, n) for role in ("ray", "vllm")}, n == head),
+                            "logs": commands.log_reads(containers, n == head),
                             "boot": boot.installed(paths["state_dir"], settings["cluster_name"], {
                                 "table": paths["firewall_table"], "record": paths["firewall_record"],
                                 "unit_name": firewall.unit_name(settings["cluster_name"])} if settings["firewall"] else None),
@@ -98,7 +98,9 @@ def cluster_paths(inputs):
                             # what lists this deployment's containers on the node, one JSON object a line (state.yml)
                             "ps_argv": ["docker", "ps", "--all", "--no-trunc", "--format", "{{json .}}"]
                             + [a for f in labels.filters(settings["cluster_name"], n) for a in ("--filter", f)]}
-                        for n, paths in ((n, node_paths(settings, n, None)) for n in order)},
+                        for n, paths, containers in (
+                            (n, node_paths(settings, n, None), {role: container_name(settings, role, n) for role in ("ray", "vllm")})
+                            for n in order)},
               "cluster": {"name": settings["cluster_name"], "artifacts_dir": settings["artifacts_dir"],
                           "reports": reports(settings), "records_on": records.keepers(order),
                           "expected_ips": [str(inputs["nodes"][n].get("fabric_ip")) for n in order],

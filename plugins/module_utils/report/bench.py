@@ -91,7 +91,7 @@ def regressions(rows, previous, share):
     return found
 
 
-def previous_run(recorded, kept):
+def compare_with(recorded, kept):
     """The run a new one is compared with: the head's record of the profile's last run (the cluster's own, which an AWX
     job's fresh copy of the project lacks) before the controller's newest kept run. Where both exist and differ, the
     head's wins and the difference is said. Returns (that run's bench.json or None, a sentence or None)."""

@@ -134,11 +134,11 @@ def test_the_heads_record_of_the_last_run_is_compared_with_before_the_controller
     kept another, the head's wins and the summary says so."""
     head = {"meta": {"taken_at": "20261126T100000Z"}, "rows": []}
     controller = {"meta": {"taken_at": "20261125T100000Z"}, "rows": []}
-    assert bench_results.previous_run(head, None) == (head, None)
-    assert bench_results.previous_run(None, controller) == (controller, None)
-    assert bench_results.previous_run(None, None) == (None, None)
-    assert bench_results.previous_run(head, dict(head)) == (head, None)
-    assert bench_results.previous_run(head, controller) == (head, "The controller's newest run of this profile (20261125T100000Z) "
+    assert bench_results.compare_with(head, None) == (head, None)
+    assert bench_results.compare_with(None, controller) == (controller, None)
+    assert bench_results.compare_with(None, None) == (None, None)
+    assert bench_results.compare_with(head, dict(head)) == (head, None)
+    assert bench_results.compare_with(head, controller) == (head, "The controller's newest run of this profile (20261125T100000Z) "
                                                             "is not the one the head recorded (20261126T100000Z); compared with the head's.")
 
 
