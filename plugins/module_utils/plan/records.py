@@ -114,6 +114,9 @@ def commit_changes(plan, facts):
     for name in (cluster.get("records_on") or [])[1:]:  # the copy, where the probe read it
         if "records" in (facts.get(name) or {}) and own(plan, facts, name) != recorded:
             reasons.append("%s: its copy of the last-known-good record %s" % (name, "is missing" if not own(plan, facts, name) else "differs"))
+    for name in cluster.get("records_on") or []:  # the canary's references, kept on one node, written on the other again
+        if cluster.get("canary_recorded") and "records" in (facts.get(name) or {}) and not own(plan, facts, name, "canary_file"):
+            reasons.append("%s lacks the canary's references" % name)
     for name in plan["nodes_order"]:
         found = facts.get(name) or {}
         changes = boot.install_changes(plan["nodes"][name]["boot"], found.get("state"), found.get("supervisor_running"))

@@ -204,7 +204,9 @@ def test_the_plan_takes_the_record_and_the_references_the_head_keeps(tmp_path):
     assert plan["cluster"]["bench_recorded"] == bench
     assert plan["cluster"]["records_on"] == ["spark1", "spark2"]
     inputs["nodes"]["spark2"]["records"] = {}  # the next node read, holding no copy: the commit writes one
-    assert "spark2: its copy of the last-known-good record is missing" in deployment.plan_deployment(inputs)["cluster"]["commit"]["reasons"]
+    reasons = deployment.plan_deployment(inputs)["cluster"]["commit"]["reasons"]
+    assert "spark2: its copy of the last-known-good record is missing" in reasons and "spark2 lacks the canary's references" in reasons
+    assert "spark1 lacks the canary's references" not in reasons
     # The head's state folder lost: the copy on the next node is the record, and the commit writes the head's again.
     inputs["nodes"]["spark2"]["records"] = inputs["nodes"]["spark1"].pop("records")
     inputs["nodes"]["spark1"]["records"] = {}
@@ -212,6 +214,7 @@ def test_the_plan_takes_the_record_and_the_references_the_head_keeps(tmp_path):
     assert from_copy["cluster"]["recorded"] == recorded and from_copy["cluster"]["canary_recorded"] == references
     assert from_copy["cluster"]["bench_recorded"] == bench
     assert "the head has no last-known-good record" in from_copy["cluster"]["commit"]["reasons"]
+    assert "spark1 lacks the canary's references" in from_copy["cluster"]["commit"]["reasons"]
     del inputs["nodes"]["spark1"]["records"], inputs["nodes"]["spark2"]["records"]
     assert deployment.plan_deployment(inputs)["cluster"]["canary_recorded"] is None
     assert deployment.plan_deployment(inputs)["cluster"]["bench_recorded"] == {}
