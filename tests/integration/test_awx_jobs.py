@@ -143,9 +143,14 @@ def test_plan_serve_status_upgrade_recover_teardown_as_awx_jobs(base):
 
     # Bench twice, each job in a fresh copy (no bench folder on the controller): the second compares with the first,
     # which only the cluster's record of it names. One short point each is enough to compare.
+    # Launched bare, bench plans the inventory's context length, not the one that serves: refused, naming what serves.
+    result, events, log = awx_job(base, "bench-bare", "playbooks/bench.yml", launch("playbooks/bench.yml", extra=SWEEP))
+    refused = " ".join(" ".join(e.get("stdout", "") for e in events).split())
+    assert result.status == "failed" and "bench.yml measures what serves" in refused, log
+    assert 'overrides {"max_model_len": 2048}; to measure it, give bench.yml the same' in refused, log
     taken = []
     for name in ("bench", "bench-again"):
-        result, events, log = awx_job(base, name, "playbooks/bench.yml", launch("playbooks/bench.yml", extra=SWEEP))
+        result, events, log = awx_job(base, name, "playbooks/bench.yml", launch("playbooks/bench.yml", extra=dict(SWEEP, **SURVEY)))
         assert_successful(result, events, log)
         summary = " ".join(" ".join(task_result(events, "Show the summary")["msg"]).split())
         taken.append(re.search(r"taken (\d{8}T\d{6}Z)", summary).group(1))
