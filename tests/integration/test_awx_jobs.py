@@ -5,6 +5,7 @@ project itself), the survey's answers and the credential's API key as extra vari
 
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -22,6 +23,9 @@ pytestmark = pytest.mark.slow
 
 API_KEY = "awx-" + secrets.token_hex(16)
 SURVEY = {"vllm_max_model_len": 2048}  # profile and backend unanswered: the inventory's (sim_tiny, ray) stand
+SWEEP = {"vllm_bench_concurrency": [1], "vllm_bench_min_prompts": 2, "vllm_bench_max_prompts": 2}
+CONFIG = "/var/lib/dgx-spark-vllm/dgx-spark/config/"  # inventories/sim's state folder
+RECORDS = {name: CONFIG + name + ".json" for name in ("last-known-good", "canary-reference", "bench-last")}
 
 
 def launch(playbook, answers=None, extra=None):
@@ -137,11 +141,20 @@ def test_plan_serve_status_upgrade_recover_teardown_as_awx_jobs(base):
     status, answer = chat()
     assert status == 200 and answer["choices"][0]["message"]["content"]
 
-    # A job of its own, without the plan serve wrote: status finds the model and the key on its own.
-    result, events, log = awx_job(base, "status", "playbooks/status.yml", launch("playbooks/status.yml"))
-    assert_successful(result, events, log)
-    lines = task_result(events, "Show what runs where")["msg"]
-    assert any("sim-tiny" in line for line in lines), lines
+    # Bench twice, each job in a fresh copy (no bench folder on the controller): the second compares with the first,
+    # which only the cluster's record of it names. One short point each is enough to compare.
+    # Launched bare, bench plans the inventory's context length, not the one that serves: refused, naming what serves.
+    result, events, log = awx_job(base, "bench-bare", "playbooks/bench.yml", launch("playbooks/bench.yml", extra=SWEEP))
+    refused = " ".join(" ".join(e.get("stdout", "") for e in events).split())
+    assert result.status == "failed" and "bench.yml measures what serves" in refused, log
+    assert 'overrides {"max_model_len": 2048}; to measure it, give bench.yml the same' in refused, log
+    taken = []
+    for name in ("bench", "bench-again"):
+        result, events, log = awx_job(base, name, "playbooks/bench.yml", launch("playbooks/bench.yml", extra=dict(SWEEP, **SURVEY)))
+        assert_successful(result, events, log)
+        summary = " ".join(" ".join(task_result(events, "Show the summary")["msg"]).split())
+        taken.append(re.search(r"taken (\d{8}T\d{6}Z)", summary).group(1))
+    assert "Compared with the previous run of this profile (%s)" % taken[0] in summary, summary
 
     # Day two, each job in a fresh copy of the project (no .artifacts from the serve job): what to fall back to and
     # what to restore come from the cluster (the head's last-known-good record), not from a controller that kept files.
@@ -150,12 +163,32 @@ def test_plan_serve_status_upgrade_recover_teardown_as_awx_jobs(base):
                                   launch("playbooks/upgrade.yml", {"vllm_image": "dgx-spark-sim/runtime:sim"}, SURVEY))
     assert_successful(result, events, log)
     assert task_result(events, "Show the change")["msg"] == "Nothing to upgrade: the plan is the last-known-good deployment"
+    # The head's state folder loses its records (a reinstall, a new disk): the next node's copies are the way back.
+    nodes = docker.from_env().containers
+    copies = {name: nodes.get("sim-worker1").exec_run(["cat", path]) for name, path in RECORDS.items()}
+    assert all(c.exit_code == 0 for c in copies.values()), copies
+    assert json.loads(copies["last-known-good"].output)["overrides"]["max_model_len"] in (2048, "2048")
+    assert nodes.get("sim-head").exec_run(["rm"] + list(RECORDS.values())).exit_code == 0
     result, events, log = awx_job(base, "recover", "playbooks/recover.yml", launch("playbooks/recover.yml"))  # no survey
     assert_successful(result, events, log)
     restored = task_result(events, "Restore each deployment's last-known-good deployment (its record) instead of the "
                            "inventory's choices")["results"][-1]["ansible_facts"]["preflight_restore"]  # the survey's 2048
     assert [int(r["overrides"]["max_model_len"]) for r in restored.values()] == [2048], restored
     assert task_result(events, "Show the decision")["msg"] == ["Nothing to recover: every node, Ray and the endpoint serve"]
+    # A job of its own, without the plan serve wrote: status finds the model and the key on its own, and lists bench's
+    # last run from the copy.
+    result, events, log = awx_job(base, "status", "playbooks/status.yml", launch("playbooks/status.yml"))
+    assert_successful(result, events, log)
+    lines = task_result(events, "Show what runs where")["msg"]
+    assert any("sim-tiny" in line for line in lines), lines
+    assert any(line.startswith("Bench, last run of sim_tiny: %s, 1 point(s)" % taken[1]) for line in lines), lines
+    # The next serve job writes the head's record and the canary's references again from the copies (the commit step:
+    # the head has none); bench's record comes back with the next bench.
+    result, events, log = awx_job(base, "serve-again", "playbooks/serve.yml", launch("playbooks/serve.yml", SURVEY))
+    assert_successful(result, events, log)
+    for name in ("last-known-good", "canary-reference"):
+        again = json.loads(nodes.get("sim-head").exec_run(["cat", RECORDS[name]]).output)
+        assert dict(again, verified_at=None) == dict(json.loads(copies[name].output), verified_at=None), (name, again)
 
     result, events, log = awx_job(base, "teardown", "playbooks/teardown.yml", launch("playbooks/teardown.yml"))
     assert_successful(result, events, log)
@@ -201,3 +234,45 @@ def test_an_answer_outside_the_survey_is_refused_as_ansible_playbook_refuses_it(
     # Refused on the controller before any node was touched.
     assert host == "localhost"
     assert not [e for e in events if e["event"] == "runner_on_ok" and e["event_data"].get("host") != "localhost"]
+
+
+BROKEN = b"""FROM dgx-spark-sim/runtime:sim
+RUN printf '#!/bin/sh\\necho "vllm: this image is broken on purpose" >&2\\nexit 1\\n' > /opt/vllm/bin/vllm
+"""
+
+
+@pytest.mark.extended  # about 8 minutes: a serve job, an image built and streamed, a failed launch and its rollback
+def test_a_broken_upgrade_job_rolls_back_and_its_canary_compares_with_the_first_jobs_answers(base):
+    """upgrade.yml as an AWX job, in a fresh project copy, to an image whose vLLM fails at start: the job fails naming
+    the failure, the rollback plans the last-known-good deployment from the head's record (the survey's context length
+    with it) and its canary compares with the reference the serve job recorded on the head, not a new one."""
+    import io  # pylint: disable=import-outside-toplevel
+
+    result, events, log = awx_job(base, "serve-before-upgrade", "playbooks/serve.yml", launch("playbooks/serve.yml", SURVEY))
+    assert_successful(result, events, log)
+    head = docker.from_env().containers.get("sim-head")
+    reference = json.loads(head.exec_run(["cat", RECORDS["canary-reference"]]).output)
+    recorded_at = next(iter(reference["models"].values()))["recorded_at"]
+    node_docker("sim-head").images.build(fileobj=io.BytesIO(BROKEN), tag="dgx-spark-sim/runtime:broken", rm=True)
+    try:
+        result, events, log = awx_job(base, "upgrade-broken", "playbooks/upgrade.yml",
+                                      launch("playbooks/upgrade.yml", {"vllm_image": "dgx-spark-sim/runtime:broken"}, SURVEY))
+        shown = " ".join(" ".join(e.get("stdout", "") for e in events).split())
+        assert (result.status, result.rc) == ("failed", 2), "job %s (rc %s), see %s" % (result.status, result.rc, log)
+        assert "vllm: this image is broken on purpose. Rolled back to dgx-spark-sim/runtime:sim" in shown, log
+        assert ("canary passed: 5 prompts agree with the reference recorded %s token for token" % recorded_at) in shown, log
+        status, answer = chat()
+        assert status == 200 and answer["choices"][0]["message"]["content"]
+        request = urllib.request.Request("http://10.209.0.10:8000/v1/models", headers={"Authorization": "Bearer " + API_KEY})
+        with urllib.request.urlopen(request, timeout=60) as response:  # the rollback planned the record's context length
+            assert json.loads(response.read())["data"][0]["max_model_len"] == 2048
+        after = json.loads(head.exec_run(["cat", RECORDS["canary-reference"]]).output)
+        assert after == reference  # the reference stands: a rollback records no new one
+    finally:
+        for node in ("sim-head", "sim-worker1"):
+            try:
+                node_docker(node).images.remove("dgx-spark-sim/runtime:broken")
+            except docker.errors.ImageNotFound:
+                pass
+        result, events, log = awx_job(base, "teardown-after-upgrade", "playbooks/teardown.yml", launch("playbooks/teardown.yml"))
+        assert_successful(result, events, log)

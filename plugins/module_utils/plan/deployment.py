@@ -66,7 +66,7 @@ def probe_args(inputs, settings, result, node, paths):
             "serve_container": container, "serve_state_file_host": paths["vllm_state_file"],
             "models_dir": paths["models_dir"], "model": result["model"]["id"],
             "revision": result["model"]["revision"], "paths": probe_paths(paths) + boot.probe_paths(supervisor),
-            "records": [paths["last_known_good_file"], paths["canary_file"], paths["bench_record_file"]] if head else [],
+            "records": [paths[key] for dummy, key in records.RECORDS] if node in records.keepers(result["nodes_order"]) else [],
             "supervisor": {"paths": supervisor, "unit_name": boot.unit_name(settings["cluster_name"])},
             "kept_reference": records.kept_reference(settings["cluster_name"]), "devices": device_paths(settings),
             "firewall": {"table": paths["firewall_table"], "record": paths["firewall_record"]} if settings["firewall"] else None,
@@ -102,7 +102,7 @@ def cluster_paths(inputs):
                             (n, node_paths(settings, n, None), {role: container_name(settings, role, n) for role in ("ray", "vllm")})
                             for n in order)},
               "cluster": {"name": settings["cluster_name"], "artifacts_dir": settings["artifacts_dir"],
-                          "reports": reports(settings),
+                          "reports": reports(settings), "records_on": records.keepers(order),
                           "expected_ips": [str(inputs["nodes"][n].get("fabric_ip")) for n in order],
                           "endpoint": {"url": url, "health_url": url + "/health", "api_url": url + "/v1",
                                        "api_key_file": settings["api_key_file"]}}}
@@ -193,10 +193,9 @@ def plan_deployment(inputs, stage="full"):
     for name in order:
         result["nodes"][name]["restore"] = changes.restore_steps(result, name, inputs["backend"])
     result = finish(result, findings, inputs)  # the extra flags and env the record holds, when the plan is good
-    kept = inputs["nodes"][head].get("records") or {}  # what the head keeps: the truth (an AWX job's project copy has none)
-    cluster["recorded"] = kept.get(result["nodes"][head]["paths"]["last_known_good_file"])
-    cluster["canary_recorded"] = kept.get(result["nodes"][head]["paths"]["canary_file"])
-    cluster["bench_recorded"] = kept.get(result["nodes"][head]["paths"]["bench_record_file"]) or {}  # {profile: its last run}
+    # What the cluster keeps is the truth (an AWX job's project copy has none): the head's records, else the next node's.
+    cluster["records_on"] = records.keepers(order)
+    cluster.update(records.kept(result, {n: inputs["nodes"][n] for n in order}))
     cluster["commit"] = records.commit_changes(result, {n: inputs["nodes"][n] for n in order})
     return result
 

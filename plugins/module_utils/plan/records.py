@@ -7,7 +7,7 @@
 its ID (a tag moves), the profile and backend, the inputs the plan was made with (overrides, extra flags and env),
 the hashes that say whether a later plan is the same deployment, and the model's revision. serve.yml writes it once
 the endpoint is verified, on the controller beside plan.json (``last-known-good.json``) and on the head
-(``<state>/config/last-known-good.json``), so either survives the other's loss. recover.yml restores that
+(``<state>/config/last-known-good.json``) with a copy on the next node (``keepers``), so any survives the others' loss. recover.yml restores that
 deployment, not whatever the last plan.json tried; upgrade.yml falls back to it when the new one fails.
 
 A tag moves (a rebuilt ``vllm:latest``, a ``docker load`` of a newer image under the same name), so the way back
@@ -22,6 +22,28 @@ from __future__ import annotations
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
 
 KEPT_REPOSITORY = "dgx-spark-vllm-kept"
+# The records the cluster keeps (each node's paths name them): the plan's field for each, and its path's key.
+RECORDS = (("recorded", "last_known_good_file"), ("canary_recorded", "canary_file"), ("bench_recorded", "bench_record_file"))
+
+
+def keepers(order):
+    """The nodes that keep the records: the head, and a copy on the next node where there is one, so that a head whose
+    state folder is lost (a reinstall, a replaced disk) does not take the way back with it."""
+    return list(order[:2])
+
+
+def own(plan, facts, name, key="last_known_good_file"):
+    """What node ``name``'s probe read of one record (None: absent, unreadable, or the node was not asked)."""
+    return ((facts.get(name) or {}).get("records") or {}).get(plan["nodes"][name]["paths"][key])
+
+
+def kept(plan, facts):
+    """Each record as the cluster keeps it: the head's, else the copy on the next node (``cluster.records_on``)."""
+    found = {}
+    for field, key in RECORDS:
+        found[field] = next((r for r in (own(plan, facts, n, key) for n in plan["cluster"]["records_on"]) if r), None)
+    found["bench_recorded"] = found["bench_recorded"] or {}  # {profile: its last run}
+    return found
 
 
 def kept_tag(cluster_name, image_id):
@@ -81,13 +103,20 @@ def commit_changes(plan, facts):
     from the plan), and anything the apply step changes is committed again once verified."""
     cluster = plan["cluster"]
     reasons = ["the apply step changes the cluster"] if cluster.get("apply_needed") else []
-    recorded = cluster.get("recorded")
+    head = plan["nodes_order"][0]
+    recorded = own(plan, facts, head) if "records" in (facts.get(head) or {}) else cluster.get("recorded")
     if not isinstance(recorded, dict) or not recorded:
         reasons.append("the head has no last-known-good record")
     elif not same(recorded, plan):
         reasons.append("the head's last-known-good record names another deployment")
     elif dict(record(plan, recorded), verified_at=None) != dict(recorded, verified_at=None):  # kept_images over images_kept too
         reasons.append("the head's last-known-good record differs from this deployment's")
+    for name in (cluster.get("records_on") or [])[1:]:  # the copy, where the probe read it
+        if "records" in (facts.get(name) or {}) and own(plan, facts, name) != recorded:
+            reasons.append("%s: its copy of the last-known-good record %s" % (name, "is missing" if not own(plan, facts, name) else "differs"))
+    for name in cluster.get("records_on") or []:  # the canary's references, kept on one node, written on the other again
+        if cluster.get("canary_recorded") and "records" in (facts.get(name) or {}) and not own(plan, facts, name, "canary_file"):
+            reasons.append("%s lacks the canary's references" % name)
     for name in plan["nodes_order"]:
         found = facts.get(name) or {}
         changes = boot.install_changes(plan["nodes"][name]["boot"], found.get("state"), found.get("supervisor_running"))

@@ -195,7 +195,7 @@ def compare(reference, current_basis, answers, config):
                    "decoding with CUDA graphs); if the change is meant, record new answers with -e vllm_canary_accept=true"
                    % (reference.get("recorded_at") or "earlier", how, "; ".join(failed)))
     else:
-        message = "canary passed: %d prompts agree with the reference %s" % (len(rows), how)
+        message = "canary passed: %d prompts agree with the reference recorded %s %s" % (len(rows), reference.get("recorded_at") or "earlier", how)
     return {"passed": not failed, "exact": exact, "changed": changed, "prompts": rows, "message": message}
 
 

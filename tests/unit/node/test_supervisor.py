@@ -416,7 +416,8 @@ def test_after_a_boot_the_canary_is_asked_and_a_wrong_answer_fails_by_name():
     node.pgid = 7
     state, detail, did = supervisor.look(config, node, {})
     assert state == "serving" and node.canary_asked == settings["prompts"]
-    assert did.endswith("canary passed: 5 prompts agree with the reference token for token (image, model revision and numerics unchanged)")
+    assert did.endswith("canary passed: 5 prompts agree with the reference recorded 2026-11-24T10:00:00Z token for token "
+                        "(image, model revision and numerics unchanged)")
     wrong = json.loads(json.dumps(answer))
     wrong["choices"][0]["logprobs"]["tokens"][3] = "token_id:1"
     node.canary_answer, node.pgid = wrong, 8  # vLLM started again after a boot: asked again

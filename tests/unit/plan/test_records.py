@@ -166,6 +166,15 @@ def test_a_run_that_changes_nothing_commits_nothing_and_any_difference_commits_a
     assert records.commit_changes(plan, held)["reasons"] == ["spark2: the supervisor's hold"]
     stopped = dict(found, spark1=dict(found["spark1"], supervisor_running=False))
     assert records.commit_changes(plan, stopped)["reasons"] == ["spark1: the supervisor's process (not running)"]
+    # The copy on the next node, where the probe read it: missing or different, the commit writes it again.
+    plan["cluster"]["records_on"] = ["spark1", "spark2"]
+    lkg = plan["nodes"]["spark2"]["paths"]["last_known_good_file"]
+    with_copy = dict(found, spark2=dict(found["spark2"], records={lkg: plan["cluster"]["recorded"]}))
+    assert records.commit_changes(plan, with_copy) == {"needed": False, "reasons": []}
+    assert records.commit_changes(plan, dict(found, spark2=dict(found["spark2"], records={})))["reasons"] == [
+        "spark2: its copy of the last-known-good record is missing"]
+    assert records.commit_changes(plan, dict(found, spark2=dict(found["spark2"], records={lkg: forged})))["reasons"] == [
+        "spark2: its copy of the last-known-good record differs"]
     untagged = dict(found, spark2=dict(found["spark2"], kept_images=[]))
     assert records.commit_changes(plan, untagged)["reasons"] == [
         "spark2 lacks the kept image %s" % plan["cluster"]["kept_image"]]
@@ -183,7 +192,7 @@ def test_the_plan_takes_the_record_and_the_references_the_head_keeps(tmp_path):
     asked = deployment.plan_deployment(inputs, "inventory")["nodes"]
     head_paths = plan_with(tmp_path)["nodes"]["spark1"]["paths"]
     assert asked["spark1"]["probe"]["records"] == [head_paths["last_known_good_file"], head_paths["canary_file"], head_paths["bench_record_file"]]
-    assert asked["spark2"]["probe"]["records"] == []  # a worker keeps none
+    assert asked["spark2"]["probe"]["records"] == asked["spark1"]["probe"]["records"]  # the next node keeps a copy
     recorded = records.record(plan_with(tmp_path))
     references = {"models": {"MiniMax-M2.5": {"answers": [{"prompt": "2+2=", "tokens": [19, 20]}]}}}
     bench = {"minimax_m25_nvfp4_ep": {"meta": {"taken_at": "20261126T120000Z"}, "rows": []}}
@@ -193,6 +202,19 @@ def test_the_plan_takes_the_record_and_the_references_the_head_keeps(tmp_path):
     assert plan["ok"], plan["errors"]
     assert plan["cluster"]["recorded"] == recorded and plan["cluster"]["canary_recorded"] == references
     assert plan["cluster"]["bench_recorded"] == bench
-    del inputs["nodes"]["spark1"]["records"]
+    assert plan["cluster"]["records_on"] == ["spark1", "spark2"]
+    inputs["nodes"]["spark2"]["records"] = {}  # the next node read, holding no copy: the commit writes one
+    reasons = deployment.plan_deployment(inputs)["cluster"]["commit"]["reasons"]
+    assert "spark2: its copy of the last-known-good record is missing" in reasons and "spark2 lacks the canary's references" in reasons
+    assert "spark1 lacks the canary's references" not in reasons
+    # The head's state folder lost: the copy on the next node is the record, and the commit writes the head's again.
+    inputs["nodes"]["spark2"]["records"] = inputs["nodes"]["spark1"].pop("records")
+    inputs["nodes"]["spark1"]["records"] = {}
+    from_copy = deployment.plan_deployment(inputs)
+    assert from_copy["cluster"]["recorded"] == recorded and from_copy["cluster"]["canary_recorded"] == references
+    assert from_copy["cluster"]["bench_recorded"] == bench
+    assert "the head has no last-known-good record" in from_copy["cluster"]["commit"]["reasons"]
+    assert "spark1 lacks the canary's references" in from_copy["cluster"]["commit"]["reasons"]
+    del inputs["nodes"]["spark1"]["records"], inputs["nodes"]["spark2"]["records"]
     assert deployment.plan_deployment(inputs)["cluster"]["canary_recorded"] is None
     assert deployment.plan_deployment(inputs)["cluster"]["bench_recorded"] == {}
