@@ -106,6 +106,11 @@ def task_result(events, task):
     return found[0]
 
 
+def job_output(events):
+    """What the job's output view shows, as one line: each event's text, its colours taken out, spaces collapsed."""
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m", "", " ".join(e.get("stdout", "") for e in events)).split())
+
+
 def assert_successful(result, events, log):
     assert (result.status, result.rc) == ("successful", 0), "job %s (rc %s), see %s" % (result.status, result.rc, log)
     assert not failures(events), [e["event_data"].get("res", {}).get("msg") for e in failures(events)]
@@ -145,7 +150,7 @@ def test_plan_serve_status_upgrade_recover_teardown_as_awx_jobs(base):
     # which only the cluster's record of it names. One short point each is enough to compare.
     # Launched bare, bench plans the inventory's context length, not the one that serves: refused, naming what serves.
     result, events, log = awx_job(base, "bench-bare", "playbooks/bench.yml", launch("playbooks/bench.yml", extra=SWEEP))
-    refused = " ".join(" ".join(e.get("stdout", "") for e in events).split())
+    refused = job_output(events)
     assert result.status == "failed" and "bench.yml measures what serves" in refused, log
     assert 'overrides {"max_model_len": 2048}; to measure it, give bench.yml the same' in refused, log
     taken = []
@@ -257,7 +262,7 @@ def test_a_broken_upgrade_job_rolls_back_and_its_canary_compares_with_the_first_
     try:
         result, events, log = awx_job(base, "upgrade-broken", "playbooks/upgrade.yml",
                                       launch("playbooks/upgrade.yml", {"vllm_image": "dgx-spark-sim/runtime:broken"}, SURVEY))
-        shown = " ".join(" ".join(e.get("stdout", "") for e in events).split())
+        shown = job_output(events)
         assert (result.status, result.rc) == ("failed", 2), "job %s (rc %s), see %s" % (result.status, result.rc, log)
         assert "vllm: this image is broken on purpose. Rolled back to dgx-spark-sim/runtime:sim" in shown, log
         assert ("canary passed: 5 prompts agree with the reference recorded %s token for token" % recorded_at) in shown, log
