@@ -112,7 +112,7 @@ def commit_changes(plan, facts):
     elif dict(record(plan, recorded), verified_at=None) != dict(recorded, verified_at=None):  # kept_images over images_kept too
         reasons.append("the head's last-known-good record differs from this deployment's")
     for name in (cluster.get("records_on") or [])[1:]:  # the copy, where the probe read it
-        if "records" in (facts.get(name) or {}) and own(plan, facts, name) != recorded:
+        if "records" in (facts.get(name) or {}) and isinstance(recorded, dict) and recorded and own(plan, facts, name) != recorded:
             reasons.append("%s: its copy of the last-known-good record %s" % (name, "is missing" if not own(plan, facts, name) else "differs"))
     for name in cluster.get("records_on") or []:  # the canary's references, kept on one node, written on the other again
         if cluster.get("canary_recorded") and "records" in (facts.get(name) or {}) and not own(plan, facts, name, "canary_file"):

@@ -215,6 +215,7 @@ def test_the_plan_takes_the_record_and_the_references_the_head_keeps(tmp_path):
     assert from_copy["cluster"]["bench_recorded"] == bench
     assert "the head has no last-known-good record" in from_copy["cluster"]["commit"]["reasons"]
     assert "spark1 lacks the canary's references" in from_copy["cluster"]["commit"]["reasons"]
+    assert not [r for r in from_copy["cluster"]["commit"]["reasons"] if "its copy" in r]  # the copy is the record here
     del inputs["nodes"]["spark1"]["records"], inputs["nodes"]["spark2"]["records"]
     assert deployment.plan_deployment(inputs)["cluster"]["canary_recorded"] is None
     assert deployment.plan_deployment(inputs)["cluster"]["bench_recorded"] == {}
