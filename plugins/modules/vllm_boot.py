@@ -70,7 +70,7 @@ options:
       - With O(state=present) only.
     type: dict
   record_path:
-    description: Where the head keeps the record (C(plan.nodes[<head>].paths.last_known_good_file)); omitted on workers.
+    description: Where this node keeps the record (C(plan.nodes[<node>].paths.last_known_good_file)), on the nodes of C(plan.cluster.records_on) (the head and the next node); omitted on the others.
     type: str
   references:
     description:
@@ -78,7 +78,7 @@ options:
         after a boot. With O(record) only.
     type: dict
   references_path:
-    description: Where the head keeps them (C(plan.nodes[<head>].paths.canary_file)); omitted on workers.
+    description: Where this node keeps them (C(plan.nodes[<node>].paths.canary_file)), on the nodes of C(plan.cluster.records_on); omitted on the others.
     type: str
   image:
     description: The verified image (C(plan.cluster.image)), with O(record).
@@ -103,7 +103,7 @@ EXAMPLES = r"""
   dgx_spark.vllm.vllm_boot:
     boot: "{{ plan.nodes[inventory_hostname].boot }}"
     record: "{{ record }}"
-    record_path: "{{ plan.nodes[inventory_hostname].paths.last_known_good_file if plan.nodes[inventory_hostname].is_head else omit }}"
+    record_path: "{{ plan.nodes[inventory_hostname].paths.last_known_good_file if inventory_hostname in plan.cluster.records_on else omit }}"
     image: "{{ plan.cluster.image }}"
     cluster: "{{ plan.cluster.name }}"
 """

@@ -152,7 +152,9 @@ def test_plan_serve_status_upgrade_recover_teardown_as_awx_jobs(base):
     result, events, log = awx_job(base, "bench-bare", "playbooks/bench.yml", launch("playbooks/bench.yml", extra=SWEEP))
     refused = job_output(events)
     assert result.status == "failed" and "bench.yml measures what serves" in refused, log
-    assert 'overrides {"max_model_len": 2048}; to measure it, give bench.yml the same' in refused, log
+    assert "This plan is not the last-known-good deployment (verified " in refused, log
+    assert "give bench.yml what it was served with (-e, or the AWX job's extra variables): vllm_profile=sim_tiny " \
+        "vllm_backend=ray vllm_max_model_len=2048." in refused, log
     taken = []
     for name in ("bench", "bench-again"):
         result, events, log = awx_job(base, name, "playbooks/bench.yml", launch("playbooks/bench.yml", extra=dict(SWEEP, **SURVEY)))

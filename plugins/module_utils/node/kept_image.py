@@ -2,8 +2,8 @@
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a node keeps of a verified deployment besides its supervisor (module_utils/plan/records.py says why): the
-verified image under this cluster's kept tag, this cluster's older kept tags let go of, and on the head the record
-itself and the canary's references as the controller keeps them (module_utils/verify/canary.py: the supervisor asks
+verified image under this cluster's kept tag, this cluster's older kept tags let go of, and on the head and the next
+node (``cluster.records_on``) the record itself and the canary's references as the controller keeps them (module_utils/verify/canary.py: the supervisor asks
 them after a boot). The vllm_boot module does it with the supervisor's release, in one call: serve.yml's commit.
 
 Only this cluster's kept tags are touched. An image that still has another tag keeps it, and Docker deletes an image
@@ -19,7 +19,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
 
 def keep(record, image, cluster, run, check=False, head_files=None):
     """Tag ``image`` as ``record["kept_image"]`` when the node lacks that tag, remove this cluster's kept tags the
-    record no longer lists, and write each of ``head_files`` ({path: data}: the head's record and references) where
+    record no longer lists, and write each of ``head_files`` ({path: data}: the record and references, on the head and the next node) where
     it differs. Returns (what changed, one line each; an error message or None)."""
     rc, out, err = run(records.kept_list_argv(cluster))
     if rc != 0:
@@ -43,5 +43,5 @@ def keep(record, image, cluster, run, check=False, head_files=None):
         if read_text(path) != text:
             done.append("wrote " + path)
             if not check:
-                supervisor.write_text(path, text, 0o644)
+                supervisor.write_text(path, text, 0o600)  # root's: a record may name extra_env values
     return done, None
