@@ -767,6 +767,8 @@ def test_unreachable_worker_stops_the_run_and_sim_then_serve_recover(client):
     assert "fatal: [sim-worker1]: UNREACHABLE!" in out
     assert "sim-worker1 was not probed: it was unreachable" in out
     assert head().containers.get(HEAD_RAY).status == "running"  # nothing on the head was touched
+    dummy, out = playbook("status", log="faults-status-unreachable")  # the node that keeps the records' copy is the one down
+    assert "sim-worker1 (10.210.0.11): unreachable" in out and "sim-head (10.210.0.10): dgx-spark" in out, out[-3000:]
     run("faults-sim-restart-node", ["ansible-playbook", "playbooks/sim.yml"], timeout=600)
     playbook("serve", log="faults-serve-after-unreachable", check=True)
     assert chat() == 200
