@@ -70,7 +70,9 @@ options:
       - With O(state=present) only.
     type: dict
   record_path:
-    description: Where this node keeps the record (C(plan.nodes[<node>].paths.last_known_good_file)), on the nodes of C(plan.cluster.records_on) (the head and the next node); omitted on the others.
+    description:
+      - Where this node keeps the record (C(plan.nodes[<node>].paths.last_known_good_file)), on the nodes of
+        C(plan.cluster.records_on) (the head and the next node); omitted on the others.
     type: str
   references:
     description:
@@ -78,7 +80,9 @@ options:
         after a boot. With O(record) only.
     type: dict
   references_path:
-    description: Where this node keeps them (C(plan.nodes[<node>].paths.canary_file)), on the nodes of C(plan.cluster.records_on); omitted on the others.
+    description:
+      - Where this node keeps them (C(plan.nodes[<node>].paths.canary_file)), on the nodes of C(plan.cluster.records_on);
+        omitted on the others.
     type: str
   image:
     description: The verified image (C(plan.cluster.image)), with O(record).
