@@ -4,7 +4,6 @@ and the next serve.yml recovers. Runs against inventories/sim; leaves the cluste
 import json
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
