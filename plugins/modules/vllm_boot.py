@@ -193,9 +193,9 @@ def main():
         if module._diff:
             result["diff"] = done["diff"]
         if params["record"] and state == "present":
-            head_files = {params[k + "_path"]: params[k] for k in ("record", "references") if params[k + "_path"] and params[k]}
+            record_files = {params[k + "_path"]: params[k] for k in ("record", "references") if params[k + "_path"] and params[k]}
             result["kept"], problem = kept_image.keep(params["record"], params["image"], params["cluster"],
-                                                      lambda argv: run(module, argv), module.check_mode, head_files)
+                                                      lambda argv: run(module, argv), module.check_mode, record_files)
             result["changed"] = result["changed"] or bool(result["kept"])
             if problem:
                 module.fail_json(msg=problem, **result)

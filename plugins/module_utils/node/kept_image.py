@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a node keeps of a verified deployment besides its supervisor (module_utils/plan/records.py says why): the
 verified image under this cluster's kept tag, this cluster's older kept tags let go of, and on the head and the next
-node (``cluster.records_on``) the record itself and the canary's references as the controller keeps them (module_utils/verify/canary.py: the supervisor asks
-them after a boot). The vllm_boot module does it with the supervisor's release, in one call: serve.yml's commit.
+node (``cluster.records_on``) the record itself and the canary's references as the controller keeps them
+(module_utils/verify/canary.py: the supervisor asks them after a boot). The vllm_boot module does it with the
+supervisor's release, in one call: serve.yml's commit.
 
 Only this cluster's kept tags are touched. An image that still has another tag keeps it, and Docker deletes an image
 only when nothing else names or uses it; a stopped container of someone else's may still use an old image, whose tag
@@ -17,10 +18,10 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
 
 
-def keep(record, image, cluster, run, check=False, head_files=None):
+def keep(record, image, cluster, run, check=False, record_files=None):
     """Tag ``image`` as ``record["kept_image"]`` when the node lacks that tag, remove this cluster's kept tags the
-    record no longer lists, and write each of ``head_files`` ({path: data}: the record and references, on the head and the next node) where
-    it differs. Returns (what changed, one line each; an error message or None)."""
+    record no longer lists, and write each of ``record_files`` ({path: data}: the record and the references, on the head
+    and the next node) where it differs. Returns (what changed, one line each; an error message or None)."""
     rc, out, err = run(records.kept_list_argv(cluster))
     if rc != 0:
         return [], "cannot list the kept images: %s" % (err or out).strip()
@@ -38,7 +39,7 @@ def keep(record, image, cluster, run, check=False, head_files=None):
             done.append("let go of " + old)
         elif "conflict" not in (err + out):
             return done, "cannot remove %s: %s" % (old, (err or out).strip())
-    for path, data in sorted((head_files or {}).items()):
+    for path, data in sorted((record_files or {}).items()):
         text = json_text(data)
         if read_text(path) != text:
             done.append("wrote " + path)

@@ -105,17 +105,18 @@ def commit_changes(plan, facts):
     reasons = ["the apply step changes the cluster"] if cluster.get("apply_needed") else []
     head = plan["nodes_order"][0]
     recorded = own(plan, facts, head) if "records" in (facts.get(head) or {}) else cluster.get("recorded")
-    if not isinstance(recorded, dict) or not recorded:
+    held = isinstance(recorded, dict) and bool(recorded)
+    if not held:
         reasons.append("the head has no last-known-good record")
     elif not same(recorded, plan):
         reasons.append("the head's last-known-good record names another deployment")
     elif dict(record(plan, recorded), verified_at=None) != dict(recorded, verified_at=None):  # kept_images over images_kept too
         reasons.append("the head's last-known-good record differs from this deployment's")
-    for name in (cluster.get("records_on") or [])[1:]:  # the copy, where the probe read it
-        if "records" in (facts.get(name) or {}) and isinstance(recorded, dict) and recorded and own(plan, facts, name) != recorded:
-            reasons.append("%s: its copy of the last-known-good record %s" % (name, "is missing" if not own(plan, facts, name) else "differs"))
-    for name in cluster.get("records_on") or []:  # the canary's references, kept on one node, written on the other again
-        if cluster.get("canary_recorded") and "records" in (facts.get(name) or {}) and not own(plan, facts, name, "canary_file"):
+    for name in [n for n in cluster.get("records_on") or [] if "records" in (facts.get(n) or {})]:  # where the probe read them
+        copy = own(plan, facts, name)
+        if name != head and held and copy != recorded:  # the copy; where the head has none, the copy is the record
+            reasons.append("%s: its copy of the last-known-good record %s" % (name, "differs" if copy else "is missing"))
+        if cluster.get("canary_recorded") and not own(plan, facts, name, "canary_file"):  # kept on one node, not the other
             reasons.append("%s lacks the canary's references" % name)
     for name in plan["nodes_order"]:
         found = facts.get(name) or {}

@@ -38,7 +38,7 @@ def test_the_verified_image_is_tagged_and_the_tags_the_record_dropped_go(tmp_pat
     docker = Docker(["%s:lab-aaaaaaaaaaaa" % KEPT, "%s:lab-bbbbbbbbbbbb" % KEPT, "%s:other-cccccccccccc" % KEPT])
     path = tmp_path / "last-known-good.json"
     done, problem = kept_image.keep(record("%s:lab-bbbbbbbbbbbb" % KEPT, "%s:lab-dddddddddddd" % KEPT), "vllm-local:26.06",
-                                    "lab", docker, head_files={str(path): record("%s:lab-bbbbbbbbbbbb" % KEPT, "%s:lab-dddddddddddd" % KEPT)})
+                                    "lab", docker, record_files={str(path): record("%s:lab-bbbbbbbbbbbb" % KEPT, "%s:lab-dddddddddddd" % KEPT)})
     assert problem is None
     assert done == ["kept vllm-local:26.06 as %s:lab-dddddddddddd" % KEPT, "let go of %s:lab-aaaaaaaaaaaa" % KEPT,
                     "wrote %s" % path]
@@ -46,14 +46,14 @@ def test_the_verified_image_is_tagged_and_the_tags_the_record_dropped_go(tmp_pat
     assert json.loads(path.read_text())["kept_image"] == "%s:lab-dddddddddddd" % KEPT
     again = Docker(docker.tags)
     assert kept_image.keep(record("%s:lab-bbbbbbbbbbbb" % KEPT, "%s:lab-dddddddddddd" % KEPT), "vllm-local:26.06", "lab",
-                           again, head_files={str(path): record("%s:lab-bbbbbbbbbbbb" % KEPT, "%s:lab-dddddddddddd" % KEPT)}) == ([], None)
+                           again, record_files={str(path): record("%s:lab-bbbbbbbbbbbb" % KEPT, "%s:lab-dddddddddddd" % KEPT)}) == ([], None)
     assert [c[:3] for c in again.calls] == [["docker", "image", "ls"]]  # a node that holds it all: one listing, nothing else
 
 
 def test_check_mode_says_what_it_would_do_and_does_nothing(tmp_path):
     docker = Docker(["%s:lab-aaaaaaaaaaaa" % KEPT])
     path = tmp_path / "record.json"
-    done, problem = kept_image.keep(record("%s:lab-dddddddddddd" % KEPT), "img", "lab", docker, check=True, head_files={str(path): {}})
+    done, problem = kept_image.keep(record("%s:lab-dddddddddddd" % KEPT), "img", "lab", docker, check=True, record_files={str(path): {}})
     assert problem is None and len(done) == 3 and not path.exists()
     assert docker.tags == ["%s:lab-aaaaaaaaaaaa" % KEPT] and len(docker.calls) == 1
 
