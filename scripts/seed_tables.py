@@ -20,6 +20,7 @@ DOC = os.path.join(ROOT, "docs", "profiles.md")
 BEGIN, END = "<!-- seed tables: begin (scripts/seed_tables.py writes this part) -->", "<!-- seed tables: end -->"
 # Why the plan carries what a write-up does not state: the field fact (DESIGN.md) or the collection's policy.
 ADDED = {
+    "--uds": "the front door: vLLM serves on a socket only root and the door reach (docs/security.md)",
     "RAY_memory_monitor_refresh_ms": "fact 5", "RAY_prestart_worker_first_driver": "fact 5",
     "RAY_USAGE_STATS_ENABLED": "no usage reports from the cluster", "VLLM_HOST_IP": "fact 6",
     "VLLM_CONFIG_ROOT": "fact 7 (ray_non_carry_over_env_vars.json)", "HF_HOME": "models folder layout",
@@ -65,6 +66,8 @@ def plan_value(plan, row):
     head = plan["nodes"][plan["head"]]
     spec = head["containers"][0]
     kind, name = row["kind"], row["name"]
+    if kind == "flag" and name in ("--host", "--port") and plan["cluster"].get("door"):  # vLLM serves on a socket behind the door
+        return plan["cluster"]["door"]["listen"].rsplit(":", 1)[name == "--port"] + " (the front door's)"
     if kind == "flag":
         return _option(plan["cluster"]["vllm_argv"], name)
     if kind == "env":

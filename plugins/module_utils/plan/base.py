@@ -68,6 +68,7 @@ DEFAULT_SETTINGS = {
     "images_kept": 2,                   # verified images kept on every node: the serving one and the one before it
     "monitoring": None,                 # Prometheus on the head and each node's figures (module_utils/plan/monitoring.py)
     "gateway": None,                    # LiteLLM's proxy in front of several deployments (module_utils/plan/gateway.py)
+    "door_image": None,                 # None: the front door's own image, built on a head that lacks it (module_utils/plan/door.py)
 }
 INTEGERS = ("port", "ray_port", "master_port", "ray_ports_offset", "gpus_per_node", "rsync_port", "images_kept")
 BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned",
@@ -76,12 +77,13 @@ BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_c
 # container/ alone (CONTAINER_FOLDERS, mounted one by one at STATE_MOUNT/<name>): the rest (the supervisor's code and
 # plan, the firewall's ruleset, the records, the ring's rollback, the copy's secrets) is read, loaded or run by the
 # host's root or the SSH user, so no container may reach it.
-STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("secrets", "0700"), ("container", "0755"))
+STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("secrets", "0700"), ("container", "0755"), ("door", "0700"))
 # The container-visible folders: (name, mode, whether a container may write it). A container reads the launcher,
-# vLLM's config, its keys and the fetch's token, and writes only vLLM's log and state (and bench's results) there:
-# root never runs, loads or writes through what is in a writable one (node/command.py read_small).
+# vLLM's config, its keys and the fetch's token, and writes only vLLM's log and state (and bench's results) there, and
+# vLLM's socket (door, root's only: the front door reaches vLLM through it, module_utils/plan/door.py): root never runs,
+# loads or writes through what is in a writable one (node/command.py read_small).
 CONTAINER_FOLDERS = (("bin", "0755", False), ("config", "0755", False), ("keys", "0700", False), ("fetch", "0700", False),
-                     ("logs", "0755", True), ("run", "0755", True))
+                     ("logs", "0755", True), ("run", "0755", True), ("door", "0700", True))
 
 
 def truthy(value):
@@ -156,6 +158,8 @@ def node_paths(settings, node, model_id):
         "do_not_track_file": state + "/container/config/do_not_track",  # VLLM_CONFIG_ROOT: no usage report
         "launcher": state + "/container/bin/vllm-serve",
         "api_key_file": state + "/container/keys/vllm_api_key",
+        "door_dir": state + "/door",                     # the front door's configuration and key (root only; its container alone mounts it)
+        "door_socket_dir": state + "/container/door",    # vLLM's socket, which the door alone reaches
         "ray_token_file": state + "/container/keys/ray_auth_token",  # every Ray node's (commands.RAY_TOKEN_FILE in its container)
         "baseline_file": state + "/run/baseline.json",
         "last_known_good_file": state + "/config/last-known-good.json",  # serve.yml's record of what last served

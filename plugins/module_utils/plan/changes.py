@@ -52,7 +52,8 @@ def decide_changes(inputs, nodes, cluster, head):
     order = [n for n in inputs["order"] if n in nodes]
     if inputs["backend"] == "ray" and head in nodes:
         serve = nodes[head]["serve"]
-        hashed = {"argv": serve["argv"], "nodes": [nodes[n]["config_hash"] for n in order], "api_key": inputs.get("api_key_digest")}
+        # vLLM holds no key (the front door does: module_utils/plan/door.py), so a new key restarts only the door.
+        hashed = {"argv": serve["argv"], "nodes": [nodes[n]["config_hash"] for n in order]}
         if inputs.get("code_pins"):  # a file pinned anew is loaded anew (the argv alone hashed before pins existed)
             hashed["code_pins"] = inputs["code_pins"]
         serve["config_hash"] = digest(hashed)
@@ -98,10 +99,12 @@ def decide_changes(inputs, nodes, cluster, head):
         if launching and found:
             nodes[name]["writes"]["files"].append({"path": nodes[name]["paths"]["baseline_file"], "mode": "0644",
                                                    "content": json.dumps(found, indent=4, sort_keys=True) + "\n"})
-    for name in order:  # only a running container of ours this run leaves as it is keeps the models folder it started with
+    # Only a running container of ours this run leaves as it is keeps the models folder it started with (the front door
+    # mounts none).
+    for name in order:
         anew = {spec for spec, change in nodes[name]["changes"].items() if change != "none"}
         kept = [c for c in probed[name] or [] if c.get("state") == "running" and c.get("name") not in anew
-                and labels.of(c, inputs["settings"]["cluster_name"], name)]
+                and labels.of(c, inputs["settings"]["cluster_name"], name) and (c.get("labels") or {}).get(labels.ROLE) != "door"]
         nodes[name]["models_mount_kept"] = probed[name] is None or bool(kept)
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.

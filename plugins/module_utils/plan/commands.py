@@ -10,7 +10,7 @@ import json
 import re
 import shlex
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code, firewall, flags as flag_utils, labels as container_labels
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code, door, firewall, flags as flag_utils, labels as container_labels
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, CONTAINER_FOLDERS, MODELS_MOUNT, node_paths, STATE_MOUNT
 
 OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for plasma otherwise
@@ -29,25 +29,24 @@ GCS_WAIT_SECONDS = 120  # how long vLLM's Ray driver waits for the head's GCS (s
 # What each kind of container mounts of the node's container/ folder (base.CONTAINER_FOLDERS), each at STATE_MOUNT/<name>,
 # read-only unless the folder is one containers write. The Ray head runs the launcher and writes vLLM's log and state;
 # a Ray worker needs only vLLM's config and Ray's token; an mp rank runs the launcher; the fetch writes its log.
-MOUNTS = {"ray-head": ("bin", "config", "keys", "logs", "run"), "ray-worker": ("config", "keys"), "vllm": ("bin", "config", "keys"),
+MOUNTS = {"ray-head": ("bin", "config", "keys", "logs", "run", "door"), "ray-worker": ("config", "keys"), "vllm": ("bin", "config", "keys", "door"),
           "model-fetch": ("bin", "fetch", "logs")}
-# The launcher runs `vllm serve` with the arguments it is given. The API key is read from a file only root can read,
-# so it never appears on a command line, in `docker inspect` or in a log, and Ray does not carry it to the workers
-# (ray_non_carry_over_env_vars.json lists it).
+# The launcher runs `vllm serve` with the arguments it is given, after checking the files vLLM would load against their
+# pins. vLLM has no key: it serves on a Unix socket only root reaches, behind the front door, which holds the key
+# (module_utils/plan/door.py); a socket a vLLM before it left is removed first (vLLM binds without unlinking).
 LAUNCHER_SCRIPT = """#!/bin/sh
 # Written by dgx_spark.vllm (the plan's launcher): runs `vllm serve` with the arguments it is given.
-# The API key is read from a file only root can read, so it never appears on a command line, in
-# `docker inspect` or in a log, and Ray does not carry it to the workers (ray_non_carry_over_env_vars.json).
-# Fail closed: an endpoint rank without a key does not start (a headless rank serves no endpoint), and
-# no rank starts when a file vLLM would load differs from its pin (vllm_code_pins).
+# vLLM has no key and no TCP port: it serves on a Unix socket only root reaches, behind the front door,
+# which holds the key (module_utils/plan/door.py). Fail closed: no rank starts when a file vLLM would
+# load differs from its pin (vllm_code_pins).
 set -e
-key_file=%s
+socket=%s
 while [ $# -gt 0 ]; do
   case "$1" in
     --dgx-spark-pin=*)
       pin=${1#--dgx-spark-pin=}
       if ! printf '%%s  %%s\\n' "${pin%%%%:*}" "${pin#*:}" | sha256sum -c --status 2>/dev/null; then
-        echo "dgx_spark.vllm: ${pin#*:} is missing or differs from its sha256 in vllm_code_pins (${pin%%%%:*});" \
+        echo "dgx_spark.vllm: ${pin#*:} is missing or differs from its sha256 in vllm_code_pins (${pin%%%%:*});" \\
           "vLLM is not started. Put back the file you reviewed, or review it and pin its new sha256." >&2
         exit 78
       fi
@@ -55,19 +54,9 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-headless=
-for arg in "$@"; do [ "$arg" = --headless ] && headless=1; done
-if [ -z "$headless" ]; then
-  if [ ! -s "$key_file" ]; then
-    echo "dgx_spark.vllm: no API key in $key_file (missing or empty); vLLM is not started without one." \
-      "Run serve.yml again (it writes the key there) or give vllm_api_key." >&2
-    exit 78
-  fi
-  VLLM_API_KEY=$(cat "$key_file")
-  export VLLM_API_KEY
-fi
+for arg in "$@"; do [ "$arg" = --uds ] && rm -f "$socket"; done
 exec vllm serve "$@"
-""" % API_KEY_FILE
+""" % door.VLLM_SOCKET
 
 
 def launch(argv, pins=()):
@@ -158,7 +147,8 @@ def planned_flags(inputs, parallel, utilization, max_len):
     """The values the plan gives the options it sets itself (flags.OWNED), as argv text: what a profile's or
     vllm_extra_flags' flag of the same name must say, if it says anything. vLLM's defaults where the argv omits one."""
     model = inputs["profile"]["model"]
-    return {"--host": inputs["endpoint"]["bind"] or "0.0.0.0", "--port": str(inputs["settings"]["port"]), "--model": str(model["id"]),
+    return {"--host": inputs["endpoint"]["bind"] or "0.0.0.0", "--port": str(inputs["settings"]["port"]), "--uds": door.VLLM_SOCKET,
+            "--model": str(model["id"]),
             "--served-model-name": model.get("served_name"), "--revision": model_revision(inputs),
             "--tensor-parallel-size": str(parallel["tensor_parallel_size"]), "--pipeline-parallel-size": str(parallel["pipeline_parallel_size"]),
             "--data-parallel-size": str(parallel["data_parallel_size"]), "--gpu-memory-utilization": "%g" % utilization,
@@ -171,8 +161,9 @@ def serve_argv(inputs, parallel, flags, utilization, max_len, rank, head_ip):
     argv = ["vllm", "serve", model["id"]]
     if model.get("served_name"):  # else vLLM serves the model under its id, as the write-ups that name none
         argv += ["--served-model-name", model["served_name"]]
-    argv += ["--host", inputs["endpoint"]["bind"] or "0.0.0.0", "--port", str(inputs["settings"]["port"]),
-             "--tensor-parallel-size", str(parallel["tensor_parallel_size"])]
+    if rank == 0:  # the endpoint's rank serves on the door's socket (module_utils/plan/door.py), never on a TCP port
+        argv += ["--uds", door.VLLM_SOCKET]
+    argv += ["--tensor-parallel-size", str(parallel["tensor_parallel_size"])]
     if parallel["pipeline_parallel_size"] > 1:
         argv += ["--pipeline-parallel-size", str(parallel["pipeline_parallel_size"])]
     if parallel["data_parallel_size"] > 1:

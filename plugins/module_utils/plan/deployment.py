@@ -26,6 +26,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import changes
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import commands
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import door
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import env as environment
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import gateway
@@ -170,6 +171,11 @@ def plan_deployment(inputs, stage="full"):
     cluster = cluster_section(inputs, result, use_roce, common, argv_of(0), environment.non_carry_over(node_env))
     result["nodes"] = {n: plan_node(inputs, n, rank, head, cluster, node_env[n], argv_of) for rank, n in enumerate(order)}
     changes.decide_changes(inputs, result["nodes"], cluster, head)
+    cluster["door"] = door.section(settings, head, result["nodes"][head]["paths"], inputs["endpoint"]["bind"], inputs.get("api_key_digest"),
+                                   nodes_check.probed_containers(inputs["nodes"][head]), findings)
+    if cluster["door"]["change"] != "none":  # the door alone changes vLLM nothing: the apply starts it with the rest
+        cluster["changes"].append("%s: %s %s" % (head, cluster["door"]["change"], cluster["door"]["container"]["name"]))
+        cluster.update(apply_needed=True, join_gate_proven=False)
     nodes_check.check_kept_env(order, inputs["nodes"], result["nodes"], findings)
     cluster["memory"] = memory(inputs, findings, result["parallel"], flags, result["gpu_memory_utilization"], max_len,
                                {n: result["nodes"][n]["config_hash"] for n in order}, common)
@@ -264,8 +270,6 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     # The image by its ID where known: another name of the same image (the tag an upgrade's rollback plans by) is the
     # same deployment, and a tag moved to another image is not.
     hashed = {"cluster": cluster["hash"], "containers": [dict(spec, image=cluster["image_id"] or spec["image"])]}
-    if backend == "mp" and inputs.get("api_key_digest"):  # each rank's vLLM reads the key when its container starts
-        hashed["api_key"] = inputs["api_key_digest"]
     if backend == "ray" and inputs.get("ray_token_digest"):  # each node's Ray reads the token when its container starts
         hashed["ray_token"] = inputs["ray_token_digest"]
     node_hash = digest(hashed)

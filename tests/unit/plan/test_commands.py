@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import commands
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import commands, door
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import node_paths, normalize_settings
 
 
@@ -27,7 +27,10 @@ def test_mp_argv_names_rank_master_and_headless_workers():
     rank1 = commands.serve_argv(inputs(), parallel, {}, 0.8, None, 1, "10.0.0.1")
     assert rank1[:3] == ["vllm", "serve", "org/m"] and rank1[-1] == "--headless"
     assert rank1[rank1.index("--master-addr") + 1] == "10.0.0.1" and rank1[rank1.index("--node-rank") + 1] == "1"
-    assert rank1[rank1.index("--host") + 1] == "192.168.1.10"  # the planned bind address, never every interface by default
+    # No rank listens on a TCP port: rank 0 serves on the front door's socket, the headless ranks serve nothing.
+    assert "--host" not in rank1 and "--port" not in rank1 and "--uds" not in rank1
+    rank0 = commands.serve_argv(inputs(), parallel, {}, 0.8, None, 0, "10.0.0.1")
+    assert "--host" not in rank0 and "--port" not in rank0 and rank0[rank0.index("--uds") + 1] == "/dgx-spark/door/vllm.sock"
 
 
 def test_container_spec_keeps_logs_and_labels_and_takes_the_profile_shm():
@@ -53,23 +56,22 @@ def test_no_gpus_on_the_simulated_cluster():
     assert commands.gpus(normalize_settings({})) == "all"
 
 
-@pytest.mark.parametrize("key,extra,rc,says", [
-    (None, [], 78, "no API key in"),
-    ("", [], 78, "no API key in"),
-    ("k-123", [], 0, "key=k-123 args=m"),
-    (None, ["--headless"], 0, "key= args=m --headless"),  # a headless rank serves no endpoint and needs no key
-])
-def test_the_launcher_fails_closed_without_a_key(tmp_path, key, extra, rc, says):
+@pytest.mark.parametrize("extra,removed", [(["--uds", "S"], True), (["--headless"], False)])
+def test_the_launcher_gives_vllm_no_key_and_removes_a_socket_left_behind(tmp_path, extra, removed):
+    """vLLM holds no key (the front door does): nothing of one reaches its environment. A socket a vLLM before it left
+    is removed first (vLLM binds without unlinking); a headless rank serves no socket and touches none."""
     import subprocess
 
-    key_file = tmp_path / "vllm_api_key"
-    if key is not None:
-        key_file.write_text(key)
-    script = commands.LAUNCHER_SCRIPT.replace(commands.API_KEY_FILE, str(key_file))
+    socket = tmp_path / "vllm.sock"
+    socket.write_text("")
+    script = commands.LAUNCHER_SCRIPT.replace(door.VLLM_SOCKET, str(socket))
     script = script.replace('exec vllm serve "$@"', 'echo "key=$VLLM_API_KEY args=$*"')  # vLLM itself is not here
     (tmp_path / "launcher").write_text(script)
-    proc = subprocess.run(["sh", str(tmp_path / "launcher"), "m"] + extra, capture_output=True, text=True, check=False)
-    assert proc.returncode == rc and says in proc.stdout + proc.stderr
+    proc = subprocess.run(["sh", str(tmp_path / "launcher"), "m"] + extra, capture_output=True, text=True, check=False,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0 and proc.stdout.strip() == "key= args=m " + " ".join(extra)
+    assert socket.exists() is not removed
+    assert "VLLM_API_KEY" not in commands.LAUNCHER_SCRIPT and "api_key" not in commands.LAUNCHER_SCRIPT
 
 
 def test_the_launcher_starts_vllm_only_when_every_pinned_file_is_the_one_pinned(tmp_path):
@@ -80,13 +82,10 @@ def test_the_launcher_starts_vllm_only_when_every_pinned_file_is_the_one_pinned(
 
     from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code
 
-    key_file = tmp_path / "vllm_api_key"
-    key_file.write_text("k-1")
     plugin = tmp_path / "parser.py"
     plugin.write_text("print('reviewed')\n")
     pins = [{"path": str(plugin), "sha256": hashlib.sha256(plugin.read_bytes()).hexdigest()}]
-    script = commands.LAUNCHER_SCRIPT.replace(commands.API_KEY_FILE, str(key_file))
-    (tmp_path / "launcher").write_text(script.replace('exec vllm serve "$@"', 'echo "args=$*"'))
+    (tmp_path / "launcher").write_text(commands.LAUNCHER_SCRIPT.replace('exec vllm serve "$@"', 'echo "args=$*"'))
 
     def launch():
         argv = ["sh", str(tmp_path / "launcher")] + commands.launch(["vllm", "serve", "m", "--reasoning-parser-plugin", str(plugin)], pins)[1:]
@@ -122,7 +121,9 @@ def test_no_container_mounts_the_state_folder_and_only_vllms_log_and_state_are_w
             source, target = volume.split(":")[:2]
             assert source.startswith(state + "/container/") and target == "/dgx-spark/" + source.rsplit("/", 1)[1], (kind, volume)
     writable = {kind: sorted(v.split(":")[1] for v in volumes if not v.endswith(":ro")) for kind, volumes in mounted.items()}
-    assert writable == {"ray-head": ["/dgx-spark/logs", "/dgx-spark/run"], "ray-worker": [], "vllm": [], "model-fetch": ["/dgx-spark/logs"]}
+    # vLLM's socket's folder (door) is written by the container that runs the endpoint's vLLM: root runs nothing there.
+    assert writable == {"ray-head": ["/dgx-spark/door", "/dgx-spark/logs", "/dgx-spark/run"], "ray-worker": [], "vllm": ["/dgx-spark/door"],
+                        "model-fetch": ["/dgx-spark/logs"]}
     assert not any("/keys" in v for v in mounted["model-fetch"])
     assert not any("/fetch" in v for k in ("ray-head", "ray-worker", "vllm") for v in mounted[k])
     fetch = commands.model_fetch_argv(inputs(), "spark1", paths, "org/m", None)

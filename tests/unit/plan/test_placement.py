@@ -177,7 +177,7 @@ def test_one_prometheus_watches_every_deployment_and_each_node_is_scraped_once(t
     assert paths["shared"]["containers"] == ["dgx-spark-gateway", "dgx-spark-prometheus"]
 
 
-def test_a_new_key_for_one_deployment_restarts_only_that_deployment_and_the_gateway(tmp_path):
+def test_a_new_key_for_one_deployment_recreates_only_its_front_door_and_the_gateway(tmp_path):
     def planned(coder_key):
         inputs = cluster(tmp_path)
         inputs["api_key_digest"] = "client"
@@ -186,11 +186,13 @@ def test_a_new_key_for_one_deployment_restarts_only_that_deployment_and_the_gate
 
     def hashes(plan):
         return ({name: p["cluster"]["serve_config_hash"] for name, p in plan["deployments"].items()},
+                {name: p["cluster"]["door"]["container"]["labels"]["dgx_spark.vllm.config_hash"] for name, p in plan["deployments"].items()},
                 plan["gateway"]["container"]["labels"]["dgx_spark.vllm.config_hash"])
 
     before, after = hashes(planned("coder-1")), hashes(planned("coder-2"))
-    assert before[0]["chat"] == after[0]["chat"] and before[0]["coder"] != after[0]["coder"]
-    assert before[1] != after[1]  # the gateway holds the coder's key: it is recreated with it
+    assert before[0] == after[0]  # vLLM holds no key: neither deployment's vLLM restarts
+    assert before[1]["chat"] == after[1]["chat"] and before[1]["coder"] != after[1]["coder"]
+    assert before[2] != after[2]  # the gateway holds the coder's key: it is recreated with it
     assert hashes(planned("coder-1")) == before  # and nothing changes when nothing did
 
 

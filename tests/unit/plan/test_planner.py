@@ -399,6 +399,12 @@ def test_inventory_stage_names_the_paths_before_any_probe(tmp_path, m25):
     assert plan["ok"] and plan["nodes"]["spark2"]["paths"]["models_dir"] == "/var/lib/dgx-spark-vllm/models"
 
 
+def door_running(plan):
+    """The probe's line of the deployment's front door running as planned."""
+    spec = plan["cluster"]["door"]["container"]
+    return json.dumps({"Names": spec["name"], "State": "running", "Labels": ",".join("%s=%s" % kv for kv in spec["labels"].items())})
+
+
 def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     first = deployment.plan_deployment(spark_inputs(m25, tmp_path / "a"))
 
@@ -411,7 +417,7 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
 
     inputs = spark_inputs(m25, tmp_path / "b")
     serve_hash = first["nodes"]["spark1"]["serve"]["config_hash"]
-    inputs["nodes"]["spark1"].update(docker_ps=[ps(first, "spark1")], vllm={"running": True, "config_hash": serve_hash})
+    inputs["nodes"]["spark1"].update(docker_ps=[ps(first, "spark1"), door_running(first)], vllm={"running": True, "config_hash": serve_hash})
     inputs["nodes"]["spark2"].update(docker_ps=[ps(first, "spark2")])
     same = deployment.plan_deployment(copy.deepcopy(inputs))
     assert same["cluster"]["changes"] == [] and same["nodes"]["spark1"]["serve"]["change"] == "none"
@@ -431,7 +437,7 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     fresh["nodes"]["spark2"]["docker_ps"] = [watcher]
     watched = deployment.plan_deployment(fresh)["nodes"]
     assert not watched["spark1"]["models_mount_kept"] and watched["spark2"]["models_mount_kept"]
-    inputs["nodes"]["spark1"]["docker_ps"] = [ps(first, "spark1", hash_of="0" * 16)]
+    inputs["nodes"]["spark1"]["docker_ps"] = [ps(first, "spark1", hash_of="0" * 16), door_running(first)]
     assert [baseline(same["nodes"][n]) for n in ("spark1", "spark2")] == [None, None]
     replaced = deployment.plan_deployment(inputs)
     assert replaced["cluster"]["changes"] == ["spark1: recreate dgx-spark-ray-spark1", "spark2: restart dgx-spark-ray-spark2"]
@@ -460,7 +466,7 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
 
     inputs = spark_inputs(m25, tmp_path / "b")
     captured = read_fixture("ray", "sim-two-nodes.json").replace("10.210.0.1", "192.168.100.1")
-    inputs["nodes"]["spark1"].update(docker_ps=[ps("spark1")], ray=node_probe.ray(0, captured, "", "dgx-spark-ray-spark1"),
+    inputs["nodes"]["spark1"].update(docker_ps=[ps("spark1"), door_running(first)], ray=node_probe.ray(0, captured, "", "dgx-spark-ray-spark1"),
                                      vllm={"running": True, "config_hash": first["nodes"]["spark1"]["serve"]["config_hash"]})
     inputs["nodes"]["spark2"].update(docker_ps=[ps("spark2")])
     for name in ("spark1", "spark2"):
@@ -507,15 +513,19 @@ def test_ports_must_be_ports_and_differ(tmp_path, m25):
     assert "must differ" in errors(deployment.plan_deployment(spark_inputs(m25, tmp_path, settings={"port": 6379})))[0]
 
 
-def test_a_new_api_key_restarts_vllm_but_not_ray(tmp_path, m25):
+def test_a_new_api_key_recreates_only_the_front_door(tmp_path, m25):
+    """vLLM holds no key (the front door does): a new key recreates the door, and neither Ray nor vLLM, with either
+    backend."""
     inputs = spark_inputs(m25, tmp_path)
     first = deployment.plan_deployment(dict(inputs, api_key_digest="DIGEST-ONE"))
     second = deployment.plan_deployment(dict(inputs, api_key_digest="DIGEST-TWO"))
     assert first["nodes"]["spark2"]["config_hash"] == second["nodes"]["spark2"]["config_hash"]
-    assert first["cluster"]["serve_config_hash"] != second["cluster"]["serve_config_hash"]
+    assert first["cluster"]["serve_config_hash"] == second["cluster"]["serve_config_hash"]
+    door_hash = "dgx_spark.vllm.config_hash"
+    assert first["cluster"]["door"]["container"]["labels"][door_hash] != second["cluster"]["door"]["container"]["labels"][door_hash]
     mp_first = deployment.plan_deployment(dict(spark_inputs(m25, tmp_path / "mp", backend="mp"), api_key_digest="DIGEST-ONE"))
     mp_second = deployment.plan_deployment(dict(spark_inputs(m25, tmp_path / "mp2", backend="mp"), api_key_digest="DIGEST-TWO"))
-    assert mp_first["nodes"]["spark2"]["config_hash"] != mp_second["nodes"]["spark2"]["config_hash"]
+    assert mp_first["nodes"]["spark1"]["config_hash"] == mp_second["nodes"]["spark1"]["config_hash"]
     assert "DIGEST-ONE" not in json.dumps(first) and "DIGEST-TWO" not in json.dumps(second)
 
 
@@ -534,7 +544,7 @@ def test_the_plan_writes_only_the_state_a_node_lacks(tmp_path, m25):
     assert [f["path"].rsplit("/", 1)[1] for f in head["writes"]["files"]] == [
         "vllm-serve", "do_not_track", "ray_non_carry_over_env_vars.json", "baseline.json"]
     assert json.loads(head["writes"]["files"][2]["content"]) == first["cluster"]["non_carry_over_env_vars"]
-    assert "key_file=/dgx-spark/keys/vllm_api_key" in head["writes"]["files"][0]["content"]
+    assert "socket=/dgx-spark/door/vllm.sock" in head["writes"]["files"][0]["content"]
     # vLLM starts (nothing runs yet): the memory each node has now is its baseline for teardown (fact 3)
     assert json.loads(baseline(head)["content"])["mem_available_bytes"] == spark_inputs(m25, tmp_path)["nodes"]["spark1"][
         "memory"]["mem_available_bytes"]
@@ -571,7 +581,7 @@ def test_a_kept_container_missing_a_planned_variable_is_recreated_and_named(tmp_
         return ["%s=%s" % kv for kv in sorted(dict(node["env_common"], **node["env_node"]).items()) if kv[0] != drop]
 
     inputs = spark_inputs(m25, tmp_path / "b")
-    inputs["nodes"]["spark1"].update(docker_ps=[ps("spark1")], container_env={"dgx-spark-ray-spark1": env("spark1")},
+    inputs["nodes"]["spark1"].update(docker_ps=[ps("spark1"), door_running(first)], container_env={"dgx-spark-ray-spark1": env("spark1")},
                                      vllm={"running": True, "config_hash": first["nodes"]["spark1"]["serve"]["config_hash"]})
     inputs["nodes"]["spark2"].update(docker_ps=[ps("spark2")], container_env={"dgx-spark-ray-spark2": env("spark2")})
     assert deployment.plan_deployment(copy.deepcopy(inputs))["cluster"]["changes"] == []
@@ -629,14 +639,15 @@ def bind_plan(tmp_path, m25, **settings):
 
 def test_the_endpoint_binds_where_the_heads_ansible_host_resolves_and_is_called_there(tmp_path, m25):
     plan, argv = bind_plan(tmp_path, m25)
-    assert argv[argv.index("--host") + 1] == "192.168.1.101"  # spark1.lan on spark1, not every interface
+    assert "--host" not in argv and "--port" not in argv  # vLLM serves on the door's socket
+    assert plan["cluster"]["door"]["listen"] == "192.168.1.101:8000"  # spark1.lan on spark1, not every interface
     assert plan["cluster"]["endpoint"]["local_health_url"] == "http://192.168.1.101:8000/health"
     assert plan["cluster"]["endpoint"]["models_url"] == "http://192.168.1.101:8000/v1/models"
 
 
 def test_every_interface_is_the_inventorys_choice_and_is_warned_about(tmp_path, m25):
     plan, argv = bind_plan(tmp_path, m25, bind_address="0.0.0.0")
-    assert plan["ok"] and argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert plan["ok"] and plan["cluster"]["door"]["listen"] == "0.0.0.0:8000"
     assert any("the endpoint listens on every interface of spark1, the management LAN included" in w for w in plan["warnings"])
     assert plan["cluster"]["endpoint"]["local_health_url"] == "http://127.0.0.1:8000/health"
 

@@ -1,0 +1,146 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The front door: the one listener clients reach, an nginx in front of each deployment's vLLM. Pure; no I/O.
+
+vLLM's own key guards only the paths under ``/v1`` (and a few other prefixes): ``/invocations`` answers a full
+completion without it, and ``/tokenize``, ``/metrics``, ``/docs``, ``/version`` and more answer anyone (vLLM's security
+guide lists them). So vLLM here has no TCP port and no key at all: it serves on a Unix socket (``--uds``) in a folder
+only root can enter, and the door, nginx from Debian, is the only way in:
+
+- it listens where vLLM listened (the endpoint's bind address and ``vllm_port``: the URL clients knew stays theirs);
+- every route asks for ``Authorization: Bearer <key>`` but ``GET /health`` (matched on nginx's normalized path, so
+  ``//health`` or ``/health/../invocations`` need the key too); ``/metrics`` included: the collection's Prometheus
+  sends the key from a file of its own;
+- the key is in a file only nginx's master reads (``keys.conf``, mode 0600 in a root-only folder, mounted read-only):
+  never in an argv, an environment or a log (the access log is off: nginx's format would not log the header, but a
+  client's URL may hold what it should not);
+- the socket: vLLM runs as root in its container and makes the socket with root's umask (mode 0755, root's); connecting
+  needs write permission on it (unix(7)), so on the host only root reaches vLLM, and in the door only its workers,
+  which run as root with every capability dropped. Nothing else on the host (another user) reaches vLLM but through the
+  door and its key.
+
+Streaming (server-sent events) passes token by token: no buffering either way, an hour's timeouts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels as container_labels, shared
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, digest, STATE_MOUNT
+
+IMAGE = "dgx-spark-vllm/door:1"   # built from DOCKERFILE (Debian's nginx) on a head that lacks it
+DOCKERFILE = "door.Dockerfile"    # in roles/vllm_serve/files
+CONFIG_MOUNT = "/etc/dgx-spark-door"
+SOCKET_MOUNT = "/run/dgx-spark-door"      # the socket's folder, as the door sees it
+SOCKET_NAME = "vllm.sock"
+VLLM_SOCKET = STATE_MOUNT + "/door/" + SOCKET_NAME  # the socket, as vLLM's container sees it (commands.MOUNTS "door")
+HEALTH_PATH = "/health"
+# A key goes into nginx's configuration as a literal string: only characters that need no quoting there. Generated
+# keys are letters and digits; a given vllm_api_key outside this set is refused (preflight).
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
+UNAUTHORIZED = '{"error": {"message": "Unauthorized: this endpoint needs its API key (Authorization: Bearer <key>)", "code": 401}}'
+
+
+def key_refusal(key):
+    """Why ``key`` cannot be the door's key, or None."""
+    if KEY_PATTERN.match(key or ""):
+        return None
+    return ("the API key must be at least 16 characters of letters, digits and . _ ~ + / = - (it is written into the "
+            "front door's configuration as it is); give another vllm_api_key, or none to have one generated")
+
+
+def keys_conf(key):
+    """The door's secret file: a map from the request's Authorization header to whether it carries the key."""
+    refusal = key_refusal(key)
+    if refusal:
+        raise ValueError(refusal)
+    return ("# Written by dgx_spark.vllm (module_utils/plan/door.py): the front door's key. Root only.\n"
+            'map $http_authorization $dgx_key_ok {\n    default 0;\n    "Bearer %s" 1;\n}\n' % key)
+
+
+NGINX_CONF = """# Written by dgx_spark.vllm (module_utils/plan/door.py): the front door. The key is in keys.conf.
+user root;
+worker_processes 2;
+error_log stderr warn;
+pid /run/nginx/nginx.pid;
+events {
+    worker_connections 1024;
+}
+http {
+    server_tokens off;
+    access_log off;
+    default_type application/json;
+    client_body_temp_path /run/nginx/body;
+    proxy_temp_path /run/nginx/proxy;
+    fastcgi_temp_path /run/nginx/fastcgi;
+    uwsgi_temp_path /run/nginx/uwsgi;
+    scgi_temp_path /run/nginx/scgi;
+    include %(config)s/keys.conf;
+    upstream vllm {
+        server unix:%(socket)s;
+        keepalive 16;
+    }
+    server {
+        listen %(listen)s;
+        client_max_body_size 64m;
+        location = %(health)s {
+            limit_except GET {
+                deny all;
+            }
+            proxy_pass http://vllm;
+        }
+        location / {
+            if ($dgx_key_ok = 0) {
+                return 401 '%(unauthorized)s';
+            }
+            proxy_pass http://vllm;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Authorization "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_cache off;
+            proxy_read_timeout 1h;
+            proxy_send_timeout 1h;
+        }
+    }
+}
+"""
+
+
+def nginx_conf(listen, port):
+    """nginx's configuration (no secret in it: the key is included from keys.conf). vLLM gets no Authorization
+    header: it has no key, and the client's is nobody else's business."""
+    return NGINX_CONF % {"config": CONFIG_MOUNT, "socket": SOCKET_MOUNT + "/" + SOCKET_NAME, "listen": "%s:%d" % (listen, int(port)),
+                         "health": HEALTH_PATH, "unauthorized": UNAUTHORIZED}
+
+
+def plan(name, image, labels, listen, port, folder, socket_folder, key_digest):
+    """The door's section of a deployment's plan: its files on the head, its container (the config hash covers the
+    configuration, the image and the key's digest: a new key recreates it, nothing else does), and where it listens."""
+    config = nginx_conf(listen, port)
+    container = {"name": name, "image": image, "network_mode": "host", "command": ["nginx", "-c", CONFIG_MOUNT + "/nginx.conf",
+                                                                                 "-g", "daemon off;"],
+                 "env": {}, "init": True, "restart_policy": "unless-stopped",
+                 "volumes": ["%s/nginx.conf:%s/nginx.conf:ro" % (folder, CONFIG_MOUNT), "%s/keys.conf:%s/keys.conf:ro" % (folder, CONFIG_MOUNT),
+                             "%s:%s:ro" % (socket_folder, SOCKET_MOUNT)],
+                 # nginx's master drops to its workers' user (root here, so setuid/setgid are kept) and nothing else.
+                 "capabilities": ["SETUID", "SETGID"], "cap_drop": ["ALL"], "read_only": True, "tmpfs": ["/run/nginx"],
+                 "security_opts": ["no-new-privileges"], "labels": dict(labels)}
+    container["labels"][container_labels.CONFIG_HASH] = digest({"container": container, "config": config, "key": key_digest})
+    return {"container": container, "folder": folder, "socket_folder": socket_folder, "listen": "%s:%d" % (listen, int(port)),
+            "files": [{"path": folder + "/nginx.conf", "content": config, "mode": "0644"}],
+            "keys_file": folder + "/keys.conf", "health_path": HEALTH_PATH}
+
+
+def section(settings, head, paths, bind, key_digest, probed, findings):
+    """The door of a deployment on its head, and what the apply step does to it (module_utils/plan/shared.change:
+    none, create, start or recreate; one of its name that is not ours is refused)."""
+    name = container_name(settings, "door", head)
+    result = plan(name, settings.get("door_image") or IMAGE, container_labels.labels(settings["cluster_name"], head, "door"),
+                  bind or "0.0.0.0", settings["port"], paths["door_dir"], paths["door_socket_dir"], key_digest)
+    result.update(host=head, change=shared.change(result["container"], True, probed, findings, head),
+                  dockerfile=DOCKERFILE)
+    return result
