@@ -48,6 +48,13 @@ def docker_container_args(spec, change):
         args["devices"] = list(spec["devices"])
     if spec.get("gpus"):
         args["device_requests"] = [{"driver": "nvidia", "count": -1, "capabilities": [["gpu"]]}]
+    # The front door's confinement (module_utils/plan/door.py): capabilities dropped, its filesystem read-only but for
+    # its own tmpfs, no gaining privileges.
+    for key in ("cap_drop", "tmpfs", "security_opts"):
+        if spec.get(key):
+            args[key] = list(spec[key])
+    if spec.get("read_only"):
+        args["read_only"] = True
     if change == "restart":
         args["restart"] = True
     if change == "recreate":  # also when only its environment drifted: its labels and hash still match the plan's

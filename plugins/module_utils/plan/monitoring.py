@@ -5,7 +5,8 @@
 
 Why these targets:
 - vLLM's `/metrics` is served by the API server only, that is the head (ranks under Ray and `--headless` ranks serve
-  no HTTP). It is open without the API key: vLLM's key guards the `/v1` routes only.
+  no HTTP), and reached through the deployment's front door like every route: Prometheus sends the deployment's key,
+  from a file of its own (0400, its user's; module_utils/plan/door.py). Outsiders get 401 there.
 - A node's memory is the GB10's unified memory, which the kernel's MemAvailable describes only in part: memory pinned
   by a rank killed hard is used and explained by nothing (fact 3), and the node exporter cannot tell it apart. So each
   node's supervisor (module_utils/plan/boot.py, already running on every node) serves the unified-memory probe's figures
@@ -88,15 +89,25 @@ def serves_figures(settings, node):
     return nodes_served(settings) and (served is None or node in served)
 
 
+def key_file(deployment):
+    """Where Prometheus reads a deployment's key (in its configuration folder, mounted read-only)."""
+    return "%s/keys/%s" % (CONFIG_MOUNT, deployment)
+
+
 def scrape_config(config, cluster, targets, nodes):
-    """Prometheus's configuration: every deployment's vLLM (its API server; ``targets``), every node's figures, the rules
-    file."""
+    """Prometheus's configuration: every deployment's vLLM (its API server through its front door, with its key;
+    ``targets``: [{address, deployment}]), every node's figures, the rules file. One job a deployment, as each has its
+    own key; each is labelled job="vllm" (the rules and the dashboard ask that) and with its deployment."""
     return {
         "global": {"scrape_interval": config["scrape_interval"], "evaluation_interval": config["scrape_interval"],
                    "external_labels": {"cluster": cluster}},
         "rule_files": [CONFIG_MOUNT + "/rules.yml"],
         "scrape_configs": [
-            {"job_name": JOB_VLLM, "metrics_path": "/metrics", "static_configs": [{"targets": list(targets)}]},
+            {"job_name": "%s-%s" % (JOB_VLLM, t["deployment"]), "metrics_path": "/metrics",
+             "authorization": {"type": "Bearer", "credentials_file": key_file(t["deployment"])},
+             "static_configs": [{"targets": [t["address"]], "labels": {"deployment": t["deployment"]}}],
+             "relabel_configs": [{"target_label": "job", "replacement": JOB_VLLM}]} for t in targets
+        ] + [
             {"job_name": JOB_NODES, "metrics_path": "/metrics",
              "static_configs": [{"targets": ["%s:%d" % (ip, config["node_port"])], "labels": {"node": name}} for name, ip in nodes]},
         ]}
@@ -150,18 +161,23 @@ def plan(config, cluster, folder, targets, nodes, floor, limit, labels):
                              "--storage.tsdb.retention.time=" + config["retention"], "--web.listen-address=" + config["listen"]],
                  "volumes": ["%s/config:%s:ro" % (folder, CONFIG_MOUNT), "%s/data:%s" % (folder, DATA_MOUNT)],
                  "restart_policy": "unless-stopped", "labels": dict(labels)}
+    # A new key is a new file to write: the hash covers each key's digest (never a key).
     container["labels"][container_labels.CONFIG_HASH] = hashlib.sha256(
-        json.dumps([files, container], sort_keys=True).encode("utf-8")).hexdigest()[:16]
+        json.dumps([files, container, [t.get("key_digest") for t in targets]], sort_keys=True).encode("utf-8")).hexdigest()[:16]
     url = "http://%s" % config["listen"]
     # Prometheus reads YAML, and JSON is YAML: each file as the plan has it, written as it is.
     writes = [{"path": "%s/config/%s" % (folder, name), "content": json.dumps(content, indent=2, sort_keys=True) + "\n",
                "mode": "0644"} for name, content in sorted(files.items())]
     # Root's, but the data: the image's user (nobody) writes it.
     folders = [{"path": folder, "owner": "0", "mode": "0755"}, {"path": folder + "/config", "owner": "0", "mode": "0755"},
+               {"path": folder + "/config/keys", "owner": str(DATA_UID), "mode": "0700"},
                {"path": folder + "/data", "owner": str(DATA_UID), "mode": "0700"}]
+    # Each deployment's key, read by Prometheus's user alone; the role reads them on the controller (no_log).
+    keys = [{"path": "%s/config/keys/%s" % (folder, t["deployment"]), "owner": str(DATA_UID), "mode": "0400",
+             "key_file": t["api_key_file"]} for t in targets]
     return {"enabled": True, "url": url, "targets_url": url + "/api/v1/targets?state=active", "listen": config["listen"],
             "node_port": config["node_port"], "folder": folder,
-            "files": files, "folders": folders, "writes": writes, "jobs": {JOB_VLLM: len(targets), JOB_NODES: len(nodes)},
+            "files": files, "folders": folders, "writes": writes, "keys": keys, "jobs": {JOB_VLLM: len(targets), JOB_NODES: len(nodes)},
             "container": container}
 
 

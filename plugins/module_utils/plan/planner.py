@@ -58,7 +58,8 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
         probed = nodes_check.probed_containers(found[0]) if found and found[0] else None
         result["gateway"] = shared.gateway(entries, plans, settings, dict(key_digests or {}, **{"": inputs.get("api_key_digest")}),
                                            probed, findings)
-        result["monitoring"] = shared.watched(entries, plans, settings, inputs, probed, findings)
+        result["monitoring"] = shared.watched(entries, plans, settings, inputs, probed, findings,
+                                              dict(key_digests or {}, **{"": inputs.get("api_key_digest")}))
     result["reports"] = {"plan": reports(settings)["plan"]}
     result["key_files"] = key_files(settings, entries, plans, settings_of)
     result["acts"] = acts(result, findings)

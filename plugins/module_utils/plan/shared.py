@@ -100,14 +100,17 @@ def gateway(entries, plans, settings, key_digests, probed, findings):
             "routes": routes, "change": change(spec, enabled, probed, findings, where["host"])}
 
 
-def watched(entries, plans, settings, inputs, probed, findings):
+def watched(entries, plans, settings, inputs, probed, findings, key_digests=None):
     """The monitoring section: one Prometheus on the first deployment's head, scraping every deployment's vLLM and
     every node's figures (where a supervisor serves them), with the alert rules of the strictest floor."""
     config = settings["monitoring"]
     first = entries[0]
     where = place(settings, first["head"], ((plans.get(first["name"]) or {}).get("cluster") or {}).get("endpoint") or {})
-    targets = [backend_address(e, first["head"], ((plans.get(e["name"]) or {}).get("cluster") or {}).get("endpoint") or {})
-               for e in entries]
+    targets = []
+    for entry in entries:
+        endpoint = ((plans.get(entry["name"]) or {}).get("cluster") or {}).get("endpoint") or {}
+        targets.append({"address": backend_address(entry, first["head"], endpoint), "deployment": entry["name"],
+                        "api_key_file": endpoint.get("api_key_file"), "key_digest": (key_digests or {}).get(entry["name"], (key_digests or {}).get(""))})
     hosts = [h for h in inputs.get("order") or [] if any(h in e["hosts"] for e in entries)]
     nodes = [(h, str(inputs["nodes"][h].get("fabric_ip"))) for h in hosts if monitoring.nodes_served(settings)]
     floor = max([((plans.get(e["name"]) or {}).get("cluster") or {}).get("memory", {}).get("headroom_floor_bytes") or 0

@@ -8,11 +8,11 @@ import subprocess
 
 import yaml
 
-from ansible_collections.dgx_spark.vllm.plugins.filter import bench, gateway, host_guard, model, records, ring, serve, state, verify
+from ansible_collections.dgx_spark.vllm.plugins.filter import bench, door, gateway, host_guard, model, records, ring, serve, state, verify
 
 from helpers import ROOT, read_fixture
 
-FILES = (bench, gateway, host_guard, model, records, ring, serve, state, verify)
+FILES = (bench, door, gateway, host_guard, model, records, ring, serve, state, verify)
 
 
 def test_every_filter_is_registered_once_and_documented_for_ansible_doc():
@@ -23,7 +23,7 @@ def test_every_filter_is_registered_once_and_documented_for_ansible_doc():
         "last_known_good_record", "deployment_restore", "upgrade_change", "upgrade_failure_line",
         "upgrade_report", "bench_sweep", "bench_rows", "human_bytes", "rsync_summary",
         "ring_failures", "ring_table", "ring_ends", "perftest_argv", "perftest_verdict", "gateway_config",
-        "host_guard_files", "swap_findings", "serve_summary"}
+        "host_guard_files", "swap_findings", "serve_summary", "door_keys"}
     documented = {os.path.basename(p)[:-4] for p in glob.glob(os.path.join(ROOT, "plugins", "filter", "*.yml"))}
     assert documented == set(names)
     for name in names:

@@ -164,7 +164,8 @@ def test_one_prometheus_watches_every_deployment_and_each_node_is_scraped_once(t
     assert watched["host"] == "spark1" and watched["container"]["name"] == "dgx-spark-prometheus"
     jobs = {job["job_name"]: job for job in watched["files"]["prometheus.yml"]["scrape_configs"]}
     chat, coder = (plan["deployments"][n]["cluster"]["endpoint"] for n in ("chat", "coder"))
-    assert jobs["vllm"]["static_configs"] == [{"targets": [chat["local_address"], coder["local_address"]]}]
+    assert [jobs["vllm-" + n]["static_configs"][0]["targets"] for n in ("chat", "coder")] == [[chat["local_address"]], [coder["local_address"]]]
+    assert [k["key_file"] for k in watched["keys"]] == [chat["api_key_file"], coder["api_key_file"]]
     assert watched["jobs"] == {"vllm": 2, "spark-nodes": 2}
     # the two deployments share both nodes: the first placed there serves each node's figures, the other does not
     for name in ("spark1", "spark2"):

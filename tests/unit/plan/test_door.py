@@ -1,0 +1,54 @@
+"""The front door (module_utils/plan/door.py): nginx's configuration (the key asked on every route but GET /health,
+vLLM behind it on its socket, streaming unbuffered), the key file, the keys nginx could not hold, and the container's
+confinement."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.dgx_spark.vllm.plugins.filter import door as door_filter
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import door
+
+
+def test_every_route_but_the_health_route_asks_for_the_key():
+    text = door.nginx_conf("10.209.0.10", 8000)
+    assert "listen 10.209.0.10:8000;" in text and text.count("listen ") == 1
+    assert "server unix:/run/dgx-spark-door/vllm.sock;" in text
+    # The one open location is exact (nginx matches it on the normalized path), GET (and HEAD) only.
+    assert text.count("location ") == 2 and "location = /health {" in text and "limit_except GET" in text
+    catch_all = text.split("location / {", 1)[1]
+    assert catch_all.index("if ($dgx_key_ok = 0)") < catch_all.index("proxy_pass")
+    assert "return 401" in catch_all and "proxy_buffering off;" in catch_all and 'proxy_set_header Authorization "";' in catch_all
+    assert "include /etc/dgx-spark-door/keys.conf;" in text and "access_log off;" in text and "server_tokens off;" in text
+
+
+def test_the_key_file_maps_the_bearer_header_and_refuses_what_nginx_could_not_hold():
+    key = "A" * 20 + "b9"
+    assert '"Bearer %s" 1;' % key in door_filter.door_keys(key + "\n") and "default 0;" in door.keys_conf(key)
+    for bad in ("short", 'has"quote-and-is-long-enough', "has space but long enough", "dollar$sign-long-enough-x", ""):
+        with pytest.raises(AnsibleFilterError) as failed:
+            door_filter.door_keys(bad)
+        assert "letters, digits" in str(failed.value) and (not bad or bad not in str(failed.value))
+
+
+def test_the_door_holds_no_secret_in_its_spec_and_a_new_key_recreates_it():
+    one = door.plan("c-door-h", door.IMAGE, {"l": "1"}, "0.0.0.0", 8000, "/s/door", "/s/container/door", "digest-1")
+    two = door.plan("c-door-h", door.IMAGE, {"l": "1"}, "0.0.0.0", 8000, "/s/door", "/s/container/door", "digest-2")
+    spec = one["container"]
+    assert spec["cap_drop"] == ["ALL"] and spec["read_only"] and spec["security_opts"] == ["no-new-privileges"]
+    assert all(v.endswith(":ro") for v in spec["volumes"]) and spec["env"] == {} and spec["network_mode"] == "host"
+    assert spec["labels"]["dgx_spark.vllm.config_hash"] != two["container"]["labels"]["dgx_spark.vllm.config_hash"]
+    assert "digest" not in str(spec["command"])
+
+
+@pytest.mark.skipif(not shutil.which("nginx"), reason="nginx is not installed on this machine (the simulated cluster's door runs it)")
+def test_nginx_accepts_the_configuration(tmp_path):
+    conf = door.nginx_conf("127.0.0.1", 18000).replace(door.CONFIG_MOUNT, str(tmp_path)).replace("/run/nginx", str(tmp_path))
+    (tmp_path / "keys.conf").write_text(door.keys_conf("k" * 16))
+    (tmp_path / "nginx.conf").write_text(conf.replace("user root;", ""))
+    proc = subprocess.run(["nginx", "-t", "-c", str(tmp_path / "nginx.conf"), "-e", str(tmp_path / "error.log")], capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
