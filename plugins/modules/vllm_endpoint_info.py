@@ -85,10 +85,17 @@ options:
     default: /health
   refused_without_key:
     description:
-      - Once ready, also ask C(/v1/models) without any key and fail unless it is refused (an error status), as the endpoint
-        must not answer a client without the key. RV(endpoint.refused_without_key) says what it found.
+      - Once ready, also ask each of O(keyless_paths) without any key and fail unless each is refused (an error status), as
+        the endpoint must not answer a client without the key. RV(endpoint.refused_without_key) says what it found.
     type: bool
     default: false
+  keyless_paths:
+    description:
+      - With O(refused_without_key), the routes asked without the key, each of which must answer an error. The front door
+        asks the key on every route but its health route; its plan lists routes vLLM itself would answer without one.
+    type: list
+    elements: str
+    default: [/v1/models]
   request_timeout:
     description: Seconds one request may take.
     type: int
@@ -144,7 +151,7 @@ endpoint:
       type: list
       elements: dict
     refused_without_key:
-      description: With O(refused_without_key), whether C(/v1/models) refused a client without the key; else null.
+      description: With O(refused_without_key), whether every one of O(keyless_paths) refused a client without the key; else null.
       type: bool
     canary:
       description: With O(canary), one entry per prompt with C(prompt), C(tokens) (IDs) and C(text).

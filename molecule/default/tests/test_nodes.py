@@ -40,14 +40,15 @@ def test_the_node_has_its_own_docker_daemon(node):
 
 
 def test_listening_sockets_are_where_the_plan_puts_them(node, plan):
-    """The endpoint on the head only, at the address vLLM is given; Ray's GCS on the head."""
+    """The front door on the head only, at the endpoint's address; vLLM on no TCP port at all (its socket is the door's);
+    Ray's GCS on the head."""
     name, host = node
     port = plan["cluster"]["endpoint"]["port"]
-    argv = plan["nodes"][plan["head"]]["serve"]["argv"]
-    bind = argv[argv.index("--host") + 1]
     listening = host.socket.get_listening_sockets()
     if name == plan["head"]:
-        assert host.socket("tcp://%s:%d" % (bind, port)).is_listening
+        assert host.socket("tcp://%s" % plan["cluster"]["door"]["listen"]).is_listening
+        owners = host.check_output("ss -Hltnp 'sport = :%d'" % port)
+        assert "nginx" in owners and "python" not in owners and "vllm" not in owners.lower(), owners
         assert any(s.startswith("tcp://") and s.endswith(":6379") for s in listening), listening  # Ray's GCS
     else:
         assert not any(s.endswith(":%d" % port) for s in listening), listening
@@ -77,7 +78,7 @@ def test_a_rank_runs_on_each_node_with_its_own_address_and_gid_index(node, plan)
     assert {e.get("VLLM_HOST_IP") for e in envs} == {plan["nodes"][name]["fabric_ip"]}
     assert {e.get("NCCL_IB_GID_INDEX") for e in envs} == {plan["nodes"][name]["env_node"]["NCCL_IB_GID_INDEX"]}
     assert {e.get("VLLM_CPU_KVCACHE_SPACE") for e in envs} == {"1"}
-    assert not any("VLLM_API_KEY" in e for e in envs)  # with Ray, only the driver needs the key
+    assert not any("VLLM_API_KEY" in e for e in envs)  # vLLM holds no key: the front door does
 
 
 def test_the_ray_cluster_has_every_node_with_one_gpu(head, plan):
@@ -119,6 +120,81 @@ def test_the_endpoint_answers_with_the_key_and_refuses_without(plan, api_key, pa
     assert "tp2" in answer["system_fingerprint"]
     assert chat(plan)[0] == 401
     assert os.stat(plan["cluster"]["endpoint"]["api_key_file"]).st_mode & 0o777 == 0o600
+
+
+def ask(url, method="GET", key=None, body=None):
+    """One request as an outsider makes it: its status (an HTTP error's too) and the first bytes of its body."""
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = "Bearer " + key
+    request = urllib.request.Request(url, data=body, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read(200)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(200)
+
+
+# Routes vLLM serves that its /openapi.json does not list (mounted apps, documentation, stubs), and spellings that
+# must not slip past the door's one open route.
+UNLISTED = ("/metrics", "/docs", "/redoc", "/docs/oauth2-redirect", "/static/x", "/invocations", "/ping", "/tokenize", "/load",
+            "/version", "//health", "/health/../invocations", "/%2e%2e/invocations", "/HEALTH", "/v1/../invocations", "/health/")
+
+
+def test_no_route_but_health_answers_without_the_key(plan, api_key):
+    """Every route the image's vLLM lists (its /openapi.json, read through the door with the key), with every method
+    it lists, and the routes it serves unlisted, asked without the key and with a wrong one: 401, but GET /health."""
+    base = plan["cluster"]["endpoint"]["url"]
+    status, dummy = ask(base + "/openapi.json", key=api_key)
+    assert status == 200
+    with urllib.request.urlopen(urllib.request.Request(base + "/openapi.json", headers={"Authorization": "Bearer " + api_key}),
+                                timeout=60) as response:
+        listed = json.loads(response.read())["paths"]
+    asked = []
+    for path, methods in sorted(listed.items()):
+        concrete = re.sub(r"\{[^}]+\}", "x", path)
+        for method in sorted(m.upper() for m in methods if m in ("get", "post", "put", "delete", "patch")):
+            asked.append((method, concrete))
+    asked += [(method, path) for path in UNLISTED for method in ("GET", "POST")]
+    assert len(asked) > 40, asked  # vLLM 0.32 lists about 50 routes
+    answered = []
+    for method, path in asked:
+        for key in (None, "wrong-" + api_key):
+            status, body = ask(base + path, method=method, key=key, body=b"{}" if method != "GET" else None)
+            if (method, path) == ("GET", "/health"):
+                assert status == 200, (method, path, status)
+            elif status != 401:
+                answered.append((method, path, key is not None, status, body[:80]))
+    assert answered == []
+    print("front door: %d routes and methods asked without the key and with a wrong one; only GET /health answered" % len(asked))
+
+
+def test_vllm_is_reachable_only_through_its_socket(head, plan):
+    """vLLM's socket: root reaches it on the head; another user of the head does not (its folder is root's, 0700)."""
+    name, host = head
+    socket_path = plan["nodes"][name]["paths"]["door_socket_dir"] + "/vllm.sock"
+    probe = ("import os, socket, sys\n"
+             "if sys.argv[1] != '0':\n    os.setgid(65534); os.setuid(65534)\n"
+             "s = socket.socket(socket.AF_UNIX)\n"
+             "try:\n    s.connect(sys.argv[2]); print('connected')\nexcept OSError as e:\n    print(type(e).__name__)\n")
+    assert host.check_output("python3 -c %s 0 %s" % (shquote(probe), socket_path)) == "connected"
+    assert host.check_output("python3 -c %s 65534 %s" % (shquote(probe), socket_path)) == "PermissionError"
+    folder = host.file(plan["nodes"][name]["paths"]["door_socket_dir"])
+    assert folder.user == "root" and folder.mode == 0o700
+
+
+def test_the_key_is_in_no_serving_process_or_container(head, plan, api_key):
+    """The key is in the front door's root-only file: no container's configuration and no process on the head holds it
+    in its environment or argv."""
+    name, host = head
+    for container in host.check_output("docker ps --quiet --filter label=dgx_spark.vllm.managed=true").split():
+        assert api_key not in host.check_output("docker inspect %s" % container)
+    environs = host.run("sh -c 'cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr \"\\0\" \"\\n\"'").stdout
+    assert environs and api_key not in environs and "VLLM_API_KEY=" not in environs
+
+
+def shquote(text):
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def test_teardown_leaves_no_container_of_ours(hosts, paths):

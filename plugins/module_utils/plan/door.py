@@ -37,6 +37,10 @@ SOCKET_MOUNT = "/run/dgx-spark-door"      # the socket's folder, as the door see
 SOCKET_NAME = "vllm.sock"
 VLLM_SOCKET = STATE_MOUNT + "/door/" + SOCKET_NAME  # the socket, as vLLM's container sees it (commands.MOUNTS "door")
 HEALTH_PATH = "/health"
+# Routes vLLM itself answers without its key (its own key guards /v1 only): the verification asks each without the
+# key through the door, and each must be refused (verify/endpoint_check.refused_without_key). GET routes: a POST one
+# (/invocations) would answer 405 from vLLM whoever asks, and prove nothing.
+KEYLESS_CHECKED = ("/v1/models", "/metrics", "/version", "/openapi.json", "/docs", "/ping", "/load")
 # A key goes into nginx's configuration as a literal string: only characters that need no quoting there. Generated
 # keys are letters and digits; a given vllm_api_key outside this set is refused (preflight).
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
@@ -132,7 +136,7 @@ def plan(name, image, labels, listen, port, folder, socket_folder, key_digest):
     container["labels"][container_labels.CONFIG_HASH] = digest({"container": container, "config": config, "key": key_digest})
     return {"container": container, "folder": folder, "socket_folder": socket_folder, "listen": "%s:%d" % (listen, int(port)),
             "files": [{"path": folder + "/nginx.conf", "content": config, "mode": "0644"}],
-            "keys_file": folder + "/keys.conf", "health_path": HEALTH_PATH}
+            "keys_file": folder + "/keys.conf", "health_path": HEALTH_PATH, "keyless_checked": list(KEYLESS_CHECKED)}
 
 
 def section(settings, head, paths, bind, key_digest, probed, findings):

@@ -86,19 +86,23 @@ def wait_ready(params, client, result):
         time.sleep(1)
 
 
-def refused_without_key(client, result):
-    """A client without the key must be refused: /v1/models asked with no Authorization header answers an error and
-    lists nothing (401 or 403 from vLLM; LiteLLM's proxy answers 401, or 500 in some releases)."""
-    try:
-        code = client.get("/v1/models", keyless=True)[0]
-    except Exception as exc:  # pylint: disable=broad-except
-        code = getattr(exc, "code", None)
-        if code is None:
-            result["errors"].append("asked without the key, %s/v1/models failed: %s" % (client.base, getattr(exc, "reason", None) or exc))
-            return
-    result["refused_without_key"] = code >= 400
-    if not result["refused_without_key"]:
-        result["errors"].append("%s/v1/models answered %s to a client without the key; it must refuse it" % (client.base, code))
+def refused_without_key(client, result, paths=("/v1/models",)):
+    """A client without the key must be refused on every route asked (``paths``; the front door asks the key on each
+    but its health route): each asked with no Authorization header answers an error (401 from the door, 401 or 403 from
+    vLLM's own key on /v1; LiteLLM's proxy answers 401, or 500 in some releases)."""
+    refused = True
+    for path in paths:
+        try:
+            code = client.get(path, keyless=True)[0]
+        except Exception as exc:  # pylint: disable=broad-except
+            code = getattr(exc, "code", None)
+            if code is None:
+                result["errors"].append("asked without the key, %s%s failed: %s" % (client.base, path, getattr(exc, "reason", None) or exc))
+                return
+        if code < 400:
+            refused = False
+            result["errors"].append("%s%s answered %s to a client without the key; it must refuse it" % (client.base, path, code))
+    result["refused_without_key"] = refused
 
 
 def check_stream(params, client, result):
@@ -212,6 +216,7 @@ ARGUMENT_SPEC = dict(
     wait=dict(type="int", default=0),
     health_path=dict(type="str", default="/health"),
     refused_without_key=dict(type="bool", default=False),
+    keyless_paths=dict(type="list", elements="str", default=["/v1/models"]),
     stream=dict(type="bool", default=True),
     smoke_tests=dict(type="list", elements="dict", default=[]),
     canary=dict(type="dict"),
@@ -229,7 +234,7 @@ def check(params, warn):
               "first_token": None, "smoke": [], "live": None, "refused_without_key": None, "errors": []}
     if wait_ready(params, client, result):
         if params["refused_without_key"]:
-            refused_without_key(client, result)
+            refused_without_key(client, result, params["keyless_paths"])
         result["ready"], together = first_requests(params, client, result)
         if result["ready"] and params["canary"]:
             ask_canary(params, client, result, together)
