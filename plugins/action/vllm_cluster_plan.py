@@ -16,7 +16,7 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import placement, planner, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import door, placement, planner, profiles
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import DEFAULT_SETTINGS, normalize_settings
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import node_order
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
@@ -80,6 +80,17 @@ def key_digest(path):
         return hashlib.sha256(handle.read().strip()).hexdigest()[:16]
 
 
+def key_refusals(paths):
+    """The key files whose key the front door could not hold (module_utils/plan/door.py), named, the key never shown."""
+    found = []
+    for path in dict.fromkeys(p for p in paths if p and os.path.isfile(p)):
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            refusal = door.key_refusal(handle.read().strip())
+        if refusal:
+            found.append({"host": "all", "value": path, "message": "%s: %s" % (path, refusal)})
+    return found
+
+
 class ActionModule(ControllerAction):
     """Plan a dgx_spark.vllm deployment."""
 
@@ -102,7 +113,7 @@ class ActionModule(ControllerAction):
                    for item in listed or [] if isinstance(item, dict) and item.get("name")}
         plan = planner.make_plan(self.inputs(args, task_vars, profile), args["stage"], listed, profiles_of,
                                  probe_facts(task_vars, args["probe_fact"]), digests, restore, args["chosen"])
-        plan["errors"] = errors + plan["errors"]
+        plan["errors"] = errors + key_refusals([cluster_key] + [placement.key_file(cluster_key, name) for name in digests]) + plan["errors"]
         plan["warnings"] = warnings + plan["warnings"]
         plan["ok"] = not plan["errors"]
         if args["stage"] != "inventory":
