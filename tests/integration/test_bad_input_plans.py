@@ -165,7 +165,7 @@ CASES = [
     ("secret-flag", "secrets", "--api-key in vllm_extra_flags", {"vars": {"vllm_extra_flags": {"--api-key": "sk-leak-me-not"}}},
      "all", "vllm_extra_flags carries --api-key", "Give it with vllm_api_key instead"),
     ("key-charset", "secrets", "a vllm_api_key the front door cannot hold", {"vars": {"vllm_api_key": "has spaces but is long"}},
-     "all", "the API key must be at least 16 characters of letters, digits", "give another vllm_api_key, or none to have one generated"),
+     "all", "the API key must be 16 to 200 characters of letters, digits", "give another vllm_api_key, or none to have one generated"),
     ("secret-env-token", "secrets", "HF_TOKEN in vllm_extra_env", {"vars": {"vllm_extra_env": {"HF_TOKEN": "hf_leak_me_not"}}},
      "all", "vllm_extra_env carries HF_TOKEN", "Give it with vllm_hf_token instead"),
     ("secret-env-password", "secrets", "a *PASSWORD* variable in vllm_extra_env", {"vars": {"vllm_extra_env": {"DB_PASSWORD": "leak-me-not"}}},

@@ -130,9 +130,9 @@ def ask(url, method="GET", key=None, body=None):
     request = urllib.request.Request(url, data=body, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, response.read(200)
+            return response.status, response.read(400)
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(200)
+        return exc.code, exc.read(400)
 
 
 # Routes vLLM serves that its /openapi.json does not list (mounted apps, documentation, stubs), and spellings that
@@ -161,9 +161,9 @@ def test_no_route_but_health_answers_without_the_key(plan, api_key):
     for method, path in asked:
         for key in (None, "wrong-" + api_key):
             status, body = ask(base + path, method=method, key=key, body=b"{}" if method != "GET" else None)
-            if (method, path) == ("GET", "/health"):
+            if method == "GET" and path in ("/health", "//health"):  # nginx merges the slashes: the health route
                 assert status == 200, (method, path, status)
-            elif status != 401:
+            elif status != 401 and not (status in (400, 403) and b"<center>nginx</center>" in body):  # nginx's own refusals
                 answered.append((method, path, key is not None, status, body[:80]))
     assert answered == []
     print("front door: %d routes and methods asked without the key and with a wrong one; only GET /health answered" % len(asked))

@@ -41,9 +41,10 @@ HEALTH_PATH = "/health"
 # key through the door, and each must be refused (verify/endpoint_check.refused_without_key). GET routes: a POST one
 # (/invocations) would answer 405 from vLLM whoever asks, and prove nothing.
 KEYLESS_CHECKED = ("/v1/models", "/metrics", "/version", "/openapi.json", "/docs", "/ping", "/load")
-# A key goes into nginx's configuration as a literal string: only characters that need no quoting there. Generated
-# keys are letters and digits; a given vllm_api_key outside this set is refused (preflight).
-KEY_PATTERN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
+# A key goes into nginx's configuration as a literal string: only characters that need no quoting there, and short
+# enough for the map's hash bucket (map_hash_bucket_size 256, with "Bearer "). Generated keys are 48 letters and
+# digits; a given vllm_api_key outside this set is refused at the plan.
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,200}$")
 UNAUTHORIZED = '{"error": {"message": "Unauthorized: this endpoint needs its API key (Authorization: Bearer <key>)", "code": 401}}'
 
 
@@ -51,7 +52,7 @@ def key_refusal(key):
     """Why ``key`` cannot be the door's key, or None."""
     if KEY_PATTERN.match(key or ""):
         return None
-    return ("the API key must be at least 16 characters of letters, digits and . _ ~ + / = - (it is written into the "
+    return ("the API key must be 16 to 200 characters of letters, digits and . _ ~ + / = - (it is written into the "
             "front door's configuration as it is); give another vllm_api_key, or none to have one generated")
 
 
@@ -76,6 +77,7 @@ http {
     server_tokens off;
     access_log off;
     default_type application/json;
+    map_hash_bucket_size 256;
     client_body_temp_path /run/nginx/body;
     proxy_temp_path /run/nginx/proxy;
     fastcgi_temp_path /run/nginx/fastcgi;
@@ -93,7 +95,7 @@ http {
             limit_except GET {
                 deny all;
             }
-            proxy_pass http://vllm;
+            proxy_pass http://vllm%(health)s;
         }
         location / {
             if ($dgx_key_ok = 0) {
