@@ -250,7 +250,8 @@ def test_ray_refuses_a_client_without_its_token_even_on_the_nodes_loopback(clien
 STATE = "/var/lib/dgx-spark-vllm/dgx-spark"
 # What root runs, loads or trusts on a node, each from the state folder (docs/security.md)
 ROOTS_FILES = [STATE + "/boot/plan.json", STATE + "/boot/lib", STATE + "/config/firewall.nft", STATE + "/config/last-known-good.json",
-               STATE + "/config/canary-reference.json", STATE + "/run/baseline.json", STATE + "/secrets"]
+               STATE + "/config/canary-reference.json", STATE + "/run/baseline.json", STATE + "/secrets", STATE + "/door/nginx.conf",
+               STATE + "/door/keys.conf"]
 TRY_WRITES = "for d in $(find / -xdev -mindepth 1 -maxdepth 1 -type d) /dgx-spark/* /models; do " \
              "if touch \"$d/.dgx-w\" 2>/dev/null; then rm -f \"$d/.dgx-w\"; echo \"$d\"; fi; done"
 
@@ -267,13 +268,20 @@ def test_a_container_sees_only_its_folders_and_writes_only_its_log_and_state(cli
             for path in ROOTS_FILES + [STATE]:
                 assert not (path + "/").startswith(mount["Source"].rstrip("/") + "/"), (name, mount["Source"], path)
         written = [d for d in container.exec_run(["sh", "-c", TRY_WRITES]).output.decode().split() if d.startswith(("/dgx-spark/", "/models"))]
-        expected = ["/dgx-spark/logs", "/dgx-spark/run"] if node == "sim-head" else []
+        expected = ["/dgx-spark/door", "/dgx-spark/logs", "/dgx-spark/run"] if node == "sim-head" else []  # door: vLLM's socket
         assert written == expected, (name, written)
         assert sorted(m["Destination"] for m in mounts if m["RW"] and m["Destination"].startswith(("/dgx-spark", "/models"))) == expected
         seen = container.exec_run(["ls", "/dgx-spark"]).output.decode().split()
-        assert seen == (["bin", "config", "keys", "logs", "run"] if node == "sim-head" else ["config", "keys"]), (name, seen)
+        assert seen == (["bin", "config", "door", "keys", "logs", "run"] if node == "sim-head" else ["config", "keys"]), (name, seen)
         keys = container.exec_run(["ls", "/dgx-spark/keys"]).output.decode().split()
         assert keys == (["ray_auth_token", "vllm_api_key"] if node == "sim-head" else ["ray_auth_token"]), (name, keys)
+    # The front door mounts its configuration, its key file and vLLM's socket folder, all read-only, and writes nothing
+    # but its own tmpfs: its filesystem is read-only.
+    door = node_docker("sim-head").containers.get("dgx-spark-door-sim-head")
+    assert all(not m["RW"] for m in door.attrs["Mounts"]) and door.attrs["HostConfig"]["ReadonlyRootfs"], door.attrs["Mounts"]
+    tried = TRY_WRITES.replace("/dgx-spark/* /models", "/run/dgx-spark-door /etc/dgx-spark-door")
+    written = door.exec_run(["sh", "-c", tried]).output.decode().split()
+    assert written == ["/dev"], written  # Docker's own /dev tmpfs; nothing of the host's
     assert chat() == 200
 
 
