@@ -44,8 +44,9 @@ options:
   memory_need:
     description:
       - What the memory plan keeps beside vLLM's pool (C(runtime_bytes)) and leaves to the OS (C(floor_bytes); none
-        for no floor). With them, the memory fact's C(fits) and C(fits_after_drop_caches) are the plan's own verdict,
-        so page caches are dropped where the plan would refuse the node for memory that dropping gives back.
+        for no floor). With them, the memory fact's C(fits), C(fits_after_drop_caches) and C(drop_caches) are the plan's
+        own verdict (module_utils/plan/memory_fit.py), so page caches are dropped where the plan would refuse the node for
+        memory that dropping gives back.
     type: dict
   image:
     description: The cluster's image; its ID is read.

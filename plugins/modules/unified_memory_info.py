@@ -185,6 +185,12 @@ unified_memory:
       description: True when free memory plus droppable caches would cover the request.
       type: bool
       returned: when O(gpu_memory_utilization) is set
+    drop_caches:
+      description:
+        - True when the node does not fit now and would after dropping page caches, by the memory plan's own figures
+          (module_utils/plan/memory_fit.py); the preflight role drops caches where this is true.
+      type: bool
+      returned: when O(gpu_memory_utilization) is set
 """
 
 import os

@@ -30,14 +30,14 @@ import hashlib
 import importlib
 import json
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_fit, monitoring
 
 UNIT_DIR = "/etc/systemd/system"
 PACKAGE = "ansible_collections.dgx_spark.vllm.plugins.module_utils"
 # What the node's copy needs: the daemon and every module it imports, by their place under module_utils.
 LIB_MODULES = ("node.supervisor", "node.supervisor_state", "node.firewall_state", "node.command",
                "node.completion", "node.metrics", "node.process_group", "probe.errors", "probe.ray_state",
-               "probe.unified_memory", "plan.memory_model", "verify.canary", "verify.endpoint")
+               "probe.unified_memory", "plan.memory_fit", "verify.canary", "verify.endpoint")
 DAEMON = "node.supervisor"
 INTERVAL = 5            # seconds between looks
 GIB = 1024 ** 3
@@ -155,9 +155,10 @@ def memory_need(memory_plan, node, settings):
     limit = int(float(settings["unaccounted_limit_gib"]) * GIB)
     if not entry:
         return {"need_available_bytes": None, "unaccounted_limit_bytes": limit}
-    floor = int((memory_plan or {}).get("headroom_floor_bytes") or 0)
-    return {"need_available_bytes": int(entry["requested_bytes"]) + int(entry.get("runtime_bytes") or 0) + floor,
-            "unaccounted_limit_bytes": limit}
+    # The plan's own figure (memory_fit.needed_bytes): vLLM's request of CUDA's total, the runtime beside it, the floor.
+    need = memory_fit.needed_bytes(int(entry["cuda_total_bytes"]), float(memory_plan["gpu_memory_utilization"]),
+                                   int(entry.get("runtime_bytes") or 0), int(memory_plan.get("headroom_floor_bytes") or 0))
+    return {"need_available_bytes": need, "unaccounted_limit_bytes": limit}
 
 
 def steps(backend, is_head, cluster, containers, serve, node_paths, firewall=None):

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_model
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_fit, memory_model
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.nodes import serving_hashes
 
 GIB = 1024 ** 3
@@ -27,7 +27,7 @@ IDLE_GB10 = {"mem_total_bytes": 127602792 * 1024, "mem_available_bytes": 1229979
 def need(inputs):
     """What vLLM's processes use beside the pool (the profile's ``memory.runtime_bytes``, else RUNTIME_BYTES) and the
     floor left to the OS (vllm_memory_headroom_floor_gib, else the profile's, else HEADROOM_FLOOR_BYTES): the memory
-    plan's figures, which the probe's page-cache drop reads too (memory_model.needed_bytes)."""
+    plan's figures, which the probe's page-cache drop reads too (memory_fit.verdict)."""
     mem = inputs["profile"].get("memory") or {}
     floor_gib = inputs["settings"].get("memory_headroom_floor_gib")
     floor = int(float(floor_gib) * GIB) if floor_gib not in (None, "") else mem.get("headroom_floor_bytes", HEADROOM_FLOOR_BYTES)
@@ -51,7 +51,7 @@ def node_memory(inputs, node_hashes):
             continue
         serving = serving_hashes(facts, name, inputs["settings"]["cluster_name"])
         unchanged = bool(serving) and node_hashes.get(name) in serving
-        nodes[name] = dict(memory, cuda_total_bytes=memory_model.cuda_total(memory), unchanged=unchanged,
+        nodes[name] = dict(memory, cuda_total_bytes=memory_fit.cuda_total(memory), unchanged=unchanged,
                            held_bytes=int(memory.get("gpu_process_bytes") or 0) if unchanged else 0)
     return nodes
 

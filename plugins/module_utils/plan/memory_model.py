@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.memory_fit import (  # noqa: F401  pylint: disable=unused-import
+    GB10_CUDA_TOTAL_BYTES, admits, cuda_total, needed_bytes, utilization_keeping)
+
 GIB = 1024 ** 3
 
 DTYPE_BYTES = {
@@ -185,35 +188,6 @@ def rank_weights(weights_bytes, ranks, edge_factor=1.0):
     return [int(math.ceil(share * (edge_factor if rank in (0, ranks - 1) else 1.0))) for rank in range(ranks)]
 
 
-# The pool vLLM sizes on a GB10 is CUDA's total, 119.67 GiB: "Free memory on device cuda:0 (11.19/119.67 GiB)"
-# (seed 001, line 20), and "119.7 GB GPU memory per node" (seed 003, line 10); MemTotal says 121.7 GiB.
-GB10_CUDA_TOTAL_BYTES = int(119.67 * GIB)
-
-
-def cuda_total(memory):
-    """What CUDA reports as the device's memory: on a GB10 (unified) 119.67 GiB, else MemTotal."""
-    total = int(memory.get("mem_total_bytes") or 0)
-    gpu = memory.get("gpu") or {}
-    if memory.get("unified") and "GB10" in str(gpu.get("name") or ""):
-        return min(total, GB10_CUDA_TOTAL_BYTES)
-    return total
-
-
-def needed_bytes(cuda_total_bytes, utilization, runtime_bytes=0, floor_bytes=None):
-    """What a node must have available for vLLM to start and the plan to accept it: vLLM's request (``ceil(cuda_total x
-    utilization)``) and, with a floor, the runtime beside the pool and the floor. The plan's refusals (:func:`plan`)
-    and the probe's page-cache drop (probe/unified_memory.fit) read this one figure."""
-    requested = int(math.ceil(cuda_total_bytes * utilization))
-    return requested + (runtime_bytes + floor_bytes if floor_bytes is not None else 0)
-
-
-def utilization_keeping(available, keep, cuda_total):
-    """The largest utilization (two decimals, rounded down) that leaves ``keep`` bytes of ``available``."""
-    if not cuda_total:
-        return 0.0
-    return max(0.0, math.floor(100.0 * (available - keep) / cuda_total) / 100.0)
-
-
 def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtype="auto", model_dtype="bfloat16",
          weights_bytes=0, overhead_bytes=4 * GIB, kv_cache_bytes=None, block_size=DEFAULT_BLOCK_SIZE,
          headroom_bytes=2 * GIB, balance_tolerance_bytes=4 * GIB, order=None, runtime_bytes=0,
@@ -247,6 +221,7 @@ def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtyp
     floor_bytes = headroom_floor_bytes if headroom_floor_bytes is not None else 0
     max_model_len = max_model_len or model_max
     reasons, warnings, per_node = [], [], {}
+    cap = float(proven_utilization) if proven_utilization else 1.0  # a remedy never names more than the deployments proved
     for rank, name in enumerate(order):
         memory = nodes.get(name) or {}
         total = int(memory.get("mem_total_bytes") or 0)
@@ -289,10 +264,10 @@ def plan(config, nodes, tp=1, pp=1, utilization=0.8, max_model_len=None, kv_dtyp
             reasons.append("%s: vLLM requests %.1f GiB (%.2f of the %.2f GiB CUDA reports) but only %.1f GiB is available; "
                            "short by %.1f GiB. Drop page caches, free memory, or lower gpu_memory_utilization to %.2f"
                            % (name, requested / GIB, utilization, cuda_total / GIB, usable / GIB, (requested - usable) / GIB,
-                              utilization_keeping(usable, runtime_bytes + max(floor_bytes, headroom_bytes), cuda_total)))
-        elif not unchanged and available < needed_bytes(cuda_total, utilization, runtime_bytes, headroom_floor_bytes):
+                              min(utilization_keeping(usable, runtime_bytes + max(floor_bytes, headroom_bytes), cuda_total), cap)))
+        elif not unchanged and not admits(cuda_total, available, utilization, runtime_bytes, headroom_floor_bytes):
             entry["fits"] = False
-            keeps = utilization_keeping(available, runtime_bytes + headroom_floor_bytes, cuda_total)
+            keeps = min(utilization_keeping(available, runtime_bytes + headroom_floor_bytes, cuda_total), cap)
             figures = (name, requested / GIB, runtime_bytes / GIB, headroom / GIB, headroom_floor_bytes / GIB, keeps, name)
             reasons.append("%s: after vLLM's %.1f GiB and %.1f GiB for its processes, %.1f GiB would be left to the OS, below the "
                            "%.1f GiB floor (a starved Spark stops answering SSH); lower gpu_memory_utilization to %.2f, or free "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels, memory_fit
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.model_files import human
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import parity
@@ -124,11 +124,12 @@ def check_node(name, facts, settings, planned_names, ports, findings):
         findings.error(name, runtimes, "%s: Docker has no nvidia runtime (it has %s); install nvidia-container-toolkit and run "
                        "nvidia-ctk runtime configure --runtime=docker, then restart Docker" % (name, ", ".join(runtimes) or "none"))
     memory = facts.get("memory") or {}
-    unaccounted = int(memory.get("unaccounted_bytes") or 0)
-    if unaccounted >= float(settings["unaccounted_limit_gib"]) * GIB:
-        findings.error(name, unaccounted, "%s holds %s that no process, GPU context or kernel structure explains: memory pinned "
-                       "by a container that was killed hard. Nothing but a reboot frees it; reboot %s before launching"
-                       % (name, _gib(unaccounted), name))
+    # Either reading shows pinned memory: /proc/meminfo's unaccounted bytes, or CUDA's own free (cudaMemGetInfo inside the
+    # image, ``memory.cuda`` when the probe read it) short of MemFree (seed 002: nvidia-smi 0 MB used, free -g plenty).
+    held = memory_fit.pinned(name, memory.get("unaccounted_bytes"), float(settings["unaccounted_limit_gib"]) * GIB,
+                             memory.get("mem_free_bytes"), memory.get("cuda"))
+    if held:
+        findings.error(name, held[0], held[1])
     orphans = [p["pid"] for p in memory.get("vllm_processes") or [] if p.get("orphan")]
     if orphans:
         findings.error(name, orphans, "%s: vLLM engine processes outlived their server and still hold memory: %s. Stop them "

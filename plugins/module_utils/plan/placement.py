@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, memory_model
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, memory_fit
 
-GIB = memory_model.GIB
+GIB = memory_fit.GIB
 # A deployment's name joins the cluster's (container names, folders, the firewall table): short, a-z, 0-9 and '-'.
 NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,14}[a-z0-9])?$")
 # Ray pins 6800-6805 and 10001-10101 (firewall.RAY_PORTS); the i-th deployment's Ray moves by this much x i.
@@ -251,7 +251,7 @@ def check_memory(entries, plans, findings, chosen=None):
         if starting and left < floor:
             name, node = starting[-1][0], [n for d, n, dummy in placed if d == starting[-1][0]][0]
             others = sum(b for d, b in starting[:-1])
-            keeps = memory_model.utilization_keeping(available - others, node["runtime_bytes"] + floor, node["cuda_total_bytes"])
+            keeps = memory_fit.utilization_keeping(available - others, node["runtime_bytes"] + floor, node["cuda_total_bytes"])
             fix = ("set overrides: {gpu_memory_utilization: %.2f} in deployment %s's entry, or place it on other nodes" % (keeps, name)
                    if keeps >= 0.05 else "the others leave deployment %s no room there: place it on other nodes, or lower the "
                    "others' gpu_memory_utilization" % name)

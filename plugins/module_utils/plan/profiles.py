@@ -45,7 +45,7 @@ PARALLEL_KEYS = {"nodes": int, "tensor": int, "pipeline": int, "data": int, "exp
 RAY_KEYS = {"object_store_memory": int}
 VLLM_KEYS = {"gpu_memory_utilization": float, "max_model_len": int, "kv_cache_dtype": str, "flags": dict,
              "optional_flags": list, "eager_reason": str}
-MEMORY_KEYS = {"overhead_bytes": int, "kv_cache_bytes": int, "block_size": int, "runtime_bytes": int,
+MEMORY_KEYS = {"overhead_bytes": int, "kv_cache_bytes": int, "block_size": int, "runtime_bytes": int, "runtime_source": str,
                "headroom_floor_bytes": int, "edge_rank_weight_factor": float, "proven_utilization": float,
                "proven_utilization_source": str}
 CONTAINER_KEYS = {"shm_size": str, "extra_volumes": list}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_model
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_fit
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 
 KIB = 1024
@@ -225,32 +225,36 @@ def summarize(meminfo, gpus=None, compute_apps=None, processes=None, gpu_memory_
         "vllm_processes": vllm_processes(processes or []),
     }
     if gpu_memory_utilization is not None:
-        fact.update(fit(memory_model.cuda_total(fact), available, free + page_cache + reclaimable_slab, gpu_memory_utilization, need))
+        fact.update(fit(memory_fit.cuda_total(fact), available, free + page_cache + reclaimable_slab, gpu_memory_utilization, need))
     return fact
 
 
 def fit(cuda_total, available, available_after_drop, utilization, need=None):
-    """What vLLM requests at start-up on an integrated GPU, and whether MemAvailable covers it, with what the plan
-    keeps beside it (``need``: the memory plan's ``runtime_bytes`` and ``floor_bytes``, plan/memory.need).
+    """What vLLM requests at start-up on an integrated GPU, and whether MemAvailable covers it with what the plan keeps
+    beside it (``need``: the memory plan's ``runtime_bytes`` and ``floor_bytes``, plan/memory.need).
 
     vLLM: requested = ceil(CUDA's total x utilization); it refuses when free (MemAvailable on UMA) < requested. The
-    plan refuses, too, when what is left beside the pool and its processes is under the floor: ``needed_bytes`` is
-    the plan's own figure (plan/memory_model.needed_bytes), so a node the plan would refuse that dropping caches
-    would cure gets its caches dropped.
+    plan refuses, too, when what is left beside the pool and its processes is under the floor. The verdict is the
+    plan's own (plan/memory_fit.verdict, which asks memory_fit.admits as the plan does), and so is ``drop_caches``,
+    the preflight's decision: a node the plan would refuse that dropping page caches would cure gets them dropped.
     """
     validate_utilization(utilization)
-    need = need or {}
-    requested = memory_model.needed_bytes(cuda_total, utilization)
-    needed = memory_model.needed_bytes(cuda_total, utilization, int(need.get("runtime_bytes") or 0), need.get("floor_bytes"))
-    return {
-        "gpu_memory_utilization": utilization,
-        "cuda_total_bytes": cuda_total,
-        "vllm_requested_bytes": requested,
-        "needed_bytes": needed,
-        "fits": available >= needed,
-        "shortfall_bytes": max(0, needed - available),
-        "fits_after_drop_caches": available_after_drop >= needed,
-    }
+    return memory_fit.verdict(cuda_total, available, available_after_drop, utilization, need)
+
+
+def parse_cuda_mem_info(text):
+    """Parse what ``python3 -c "import torch; print(*torch.cuda.mem_get_info())"`` prints inside the image: CUDA's
+    free and total bytes as vLLM sees them (cudaMemGetInfo; vLLM's MemorySnapshot reads the same call). On a GB10 the
+    free figure is about MemFree; memory a killed container left pinned is missing from it while /proc/meminfo and
+    nvidia-smi see nothing (seed 002, lines 11-13). The last line with two integers is the answer (the image may log
+    before it)."""
+    for line in reversed(text.splitlines()):
+        fields = line.replace(",", " ").replace("(", " ").replace(")", " ").split()
+        if len(fields) == 2 and all(f.isdigit() for f in fields):
+            free, total = int(fields[0]), int(fields[1])
+            if 0 <= free <= total and total > 0:
+                return {"free_bytes": free, "total_bytes": total}
+    raise ProbeError("no CUDA free/total in the image's answer: %r" % text[-200:])
 
 
 def validate_utilization(utilization):
