@@ -8,7 +8,6 @@ import os
 import re
 
 import pytest
-import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from runner import ROOT
