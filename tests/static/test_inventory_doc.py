@@ -133,3 +133,22 @@ def test_every_shipped_value_passes_its_spec(where, values):
             assert not result.error_messages, "%s against roles/%s entry point %s: %s" % (where, role, entry, result.error_messages)
             checked += 1
     assert checked or not values, "%s: none of %s is in a spec" % (where, sorted(values))
+
+
+# Role defaults that are no one's choice: what upgrade.yml and recover.yml set for the preflight role (the deployment
+# to restore, one deployment at a time) and plan.yml's plan.json written whatever the plan.
+SET_BY_PLAYBOOKS = ("preflight_restore", "preflight_one", "preflight_plan_always_written")
+
+
+def test_every_role_default_a_person_may_set_is_in_the_roles_spec():
+    """A default that is a value (not derived from the plan or another variable) is a choice: its role's spec lists it."""
+    every = DOC.specs()
+    for path in sorted(glob.glob(os.path.join(ROOT, "roles", "*", "defaults", "main.yml"))):
+        role = path.split(os.sep)[-3]
+        if os.path.relpath(path, ROOT).startswith(SKIPPED):
+            continue
+        listed = {name for entry in every.get(role, {}).values() for name in entry}
+        for name, value in (DOC.load(path) or {}).items():
+            if "{{" in str(value) or name in SET_BY_PLAYBOOKS:
+                continue
+            assert name in listed, "roles/%s/defaults/main.yml: %s is in no entry point of roles/%s/meta/argument_specs.yml" % (role, name, role)
