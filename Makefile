@@ -3,6 +3,7 @@
 #   make test    set up, then every test layer: units, static checks, the scenarios on the simulated cluster
 #   make fast    units and lint (the inner loop)
 #   make test-extended  the scenarios beyond make test's time budget (marker extended: the rings, faults, two models)
+#   make docs    docs/inventory.md's tables from the roles' argument specs
 SHELL := /bin/bash
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
@@ -10,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/pytest
 
-.PHONY: setup sim sim-down test test-extended fast unit lint sanity build integration molecule bench reliability clean
+.PHONY: setup sim sim-down test test-extended fast unit lint sanity build integration molecule bench reliability docs clean
 
 setup:
 	@bash scripts/setup.sh
@@ -58,6 +59,10 @@ bench: setup
 # docs/reliability.md from the rows the last test run recorded (tests/output/reliability.jsonl)
 reliability:
 	$(VENV)/bin/python scripts/reliability_table.py
+
+# docs/inventory.md's tables from roles/*/meta/argument_specs.yml (tests/static/test_inventory_doc.py fails when stale)
+docs:
+	$(VENV)/bin/python scripts/inventory_doc.py
 
 clean:
 	rm -rf build tests/output .pytest_cache dgx_spark-vllm-*.tar.gz

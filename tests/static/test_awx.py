@@ -2,6 +2,7 @@
 requirements, and job templates whose surveys cannot drift from the roles' argument specs."""
 
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -15,50 +16,26 @@ SURVEY_TYPES = {"text": "str", "textarea": "str", "password": "str", "multiplech
                 "multiselect": "list", "integer": "int", "float": "float"}
 
 
-class Loader(yaml.SafeLoader):
-    """YAML with Ansible's !unsafe tag (AWX injector templates)."""
+def script(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+INVENTORY_DOC = script("inventory_doc")
+# (role, entry point) for every role a playbook runs, as docs/inventory.md's generator reads them.
+role_entry_points = INVENTORY_DOC.role_entry_points
 
 
 def load(*path):
-    with open(os.path.join(ROOT, *path), encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    """YAML with Ansible's !unsafe tag (AWX injector templates)."""
+    return INVENTORY_DOC.load(os.path.join(ROOT, *path))
 
 
 def module_options(name):
     rc, out = run("doc-" + name, ["ansible-doc", "--json", name])
     return json.loads(out)[name]["doc"]["options"]
-
-
-def role_entry_points(playbook, folder="playbooks"):
-    """(role, entry point) for every role a playbook runs: roles: lists, include_role and import_role, also in the
-    playbooks and task files it imports or includes (a task file's own includes are relative to its folder)."""
-    found = []
-    here = os.path.dirname(os.path.join(folder, playbook))
-
-    def walk(node):
-        if isinstance(node, dict):
-            for key in ("ansible.builtin.import_playbook", "import_playbook", "ansible.builtin.import_tasks", "import_tasks",
-                        "ansible.builtin.include_tasks", "include_tasks"):
-                if key in node and "{{" not in str(node[key]):  # serve.yml's and upgrade.yml's steps in playbooks/tasks/
-                    found.extend(role_entry_points(os.path.basename(node[key]), os.path.join(here, os.path.dirname(node[key]))))
-            for key in ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role"):
-                if key in node:
-                    args = node[key]
-                    # Ansible names the entry point exactly as tasks_from says ('inventory.yml' would validate nothing).
-                    found.append((args["name"].split(".")[-1], args.get("tasks_from", "main")))
-            for role in node.get("roles") or []:
-                found.append(((role if isinstance(role, str) else role["role"]).split(".")[-1], "main"))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(load(os.path.normpath(os.path.join(folder, playbook))))
-    return found
 
 
 def documented_options(playbook):
