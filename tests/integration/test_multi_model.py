@@ -194,16 +194,18 @@ def node_exec(node, argv):
 
 
 def prometheus_targets():
-    """Prometheus's active targets, asked on the head (it listens on the head's loopback): (job, scrape URL, health)."""
-    script = ("import json, urllib.request; print(json.dumps([(t['scrapePool'], t['scrapeUrl'], t['health']) for t in "
+    """Prometheus's active targets, asked on the head (it listens on the head's loopback): (job, deployment, scrape URL,
+    health). Each deployment is its own scrape pool (its own key), labelled job="vllm"."""
+    script = ("import json, urllib.request; print(json.dumps([(t['labels']['job'], t['labels'].get('deployment'), t['scrapeUrl'], "
+              "t['health']) for t in "
               "json.load(urllib.request.urlopen('http://127.0.0.1:9090/api/v1/targets?state=active'))['data']['activeTargets']]))")
     return sorted(tuple(t) for t in json.loads(node_exec("sim-head", ["python3", "-c", script])))
 
 
 def test_one_prometheus_watches_both_deployments_and_each_node_once(served):
     targets = prometheus_targets()
-    assert targets == [("spark-nodes", "http://10.210.0.10:9101/metrics", "up"), ("spark-nodes", "http://10.210.0.11:9101/metrics", "up"),
-                       ("vllm", "http://10.209.0.10:8001/metrics", "up"), ("vllm", "http://10.209.0.10:8002/metrics", "up")], targets
+    assert targets == [("spark-nodes", None, "http://10.210.0.10:9101/metrics", "up"), ("spark-nodes", None, "http://10.210.0.11:9101/metrics", "up"),
+                       ("vllm", "chat", "http://10.209.0.10:8001/metrics", "up"), ("vllm", "coder", "http://10.209.0.10:8002/metrics", "up")], targets
     assert [n for n in containers() if n.endswith("prometheus")] == ["dgx-spark-prometheus"]
 
 
