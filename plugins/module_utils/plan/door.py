@@ -127,8 +127,8 @@ def plan(name, image, labels, listen, port, folder, socket_folder, key_digest):
     """The door's section of a deployment's plan: its files on the head, its container (the config hash covers the
     configuration, the image and the key's digest: a new key recreates it, nothing else does), and where it listens."""
     config = nginx_conf(listen, port)
-    container = {"name": name, "image": image, "network_mode": "host", "command": ["nginx", "-c", CONFIG_MOUNT + "/nginx.conf",
-                                                                                 "-g", "daemon off;"],
+    container = {"name": name, "image": image, "network_mode": "host",
+                 "command": ["nginx", "-c", CONFIG_MOUNT + "/nginx.conf", "-g", "daemon off;"],
                  "env": {}, "init": True, "restart_policy": "unless-stopped",
                  "volumes": ["%s/nginx.conf:%s/nginx.conf:ro" % (folder, CONFIG_MOUNT), "%s/keys.conf:%s/keys.conf:ro" % (folder, CONFIG_MOUNT),
                              "%s:%s:ro" % (socket_folder, SOCKET_MOUNT)],
