@@ -70,11 +70,11 @@ def test_no_two_test_files_share_a_name():
 def test_ansible_doc_shows_every_filter_the_plugins_export():
     """Each name a FilterModule of plugins/filter/ exports, shown by ansible-doc from the checkout with its description,
     an example and what it returns (plugins/filter/<name>.yml beside the file that registers it)."""
-    from ansible_collections.dgx_spark.vllm.plugins.filter import bench, gateway, host_guard, model, records, ring, serve, state, verify
+    from ansible_collections.dgx_spark.vllm.plugins.filter import bench, door, gateway, host_guard, model, records, ring, serve, state, verify
 
-    names = sorted(n for f in (bench, gateway, host_guard, model, records, ring, serve, state, verify) for n in f.FilterModule().filters())
+    names = sorted(n for f in (bench, door, gateway, host_guard, model, records, ring, serve, state, verify) for n in f.FilterModule().filters())
     exported = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(ROOT, "plugins", "filter", "*.py"))}
-    assert exported == {"bench", "gateway", "host_guard", "model", "records", "ring", "serve", "state", "verify"}, "a filter file to add above"
+    assert exported == {"bench", "door", "gateway", "host_guard", "model", "records", "ring", "serve", "state", "verify"}, "a filter file to add above"
     rc, out = run("doc-filters", ["ansible-doc", "-t", "filter", "--json"] + ["dgx_spark.vllm." + n for n in names])
     shown = json.loads(out)
     for name in names:

@@ -216,7 +216,7 @@ ARGUMENT_SPEC = dict(
     wait=dict(type="int", default=0),
     health_path=dict(type="str", default="/health"),
     refused_without_key=dict(type="bool", default=False),
-    keyless_paths=dict(type="list", elements="str", default=["/v1/models"]),
+    keyless_paths=dict(type="list", elements="str", default=["/v1/models"], no_log=False),
     stream=dict(type="bool", default=True),
     smoke_tests=dict(type="list", elements="dict", default=[]),
     canary=dict(type="dict"),
