@@ -96,6 +96,11 @@ options:
     type: list
     elements: str
     default: [/v1/models]
+  keyless_status:
+    description:
+      - With O(refused_without_key), the one status each of O(keyless_paths) must answer (the front door's 401); any error
+        status when omitted. A path is a GET; C(POST /path) sends an empty JSON object.
+    type: int
   request_timeout:
     description: Seconds one request may take.
     type: int

@@ -46,9 +46,10 @@ def vouched(config, ops, memo):
     return "verified by %s, not asked again" % verified.get("by")
 
 
-def in_flight(step, ops):
-    """How many requests vLLM runs or queues now (its /metrics gauges), or 0 when it does not say."""
-    status, metrics = ops.http(step["url"] + "/metrics", text=True)
+def in_flight(step, ops, key=None):
+    """How many requests vLLM runs or queues now (its /metrics gauges, through the front door with the key), or 0 when
+    it does not say."""
+    status, metrics = ops.http(step["url"] + "/metrics", key=key, text=True)
     if status != 200 or not metrics:
         return 0
     total = 0.0
@@ -71,7 +72,7 @@ def ask_canary(step, ops, key):
         kept = None
     if not kept:
         return True, None
-    busy = in_flight(step, ops)
+    busy = in_flight(step, ops, key)
     if busy:  # batched with other requests, a near-tie between two logits may flip: asked alone, or not at all
         return True, "canary not asked: %d requests were in flight" % busy
     answers = []

@@ -38,9 +38,11 @@ SOCKET_NAME = "vllm.sock"
 VLLM_SOCKET = STATE_MOUNT + "/door/" + SOCKET_NAME  # the socket, as vLLM's container sees it (commands.MOUNTS "door")
 HEALTH_PATH = "/health"
 # Routes vLLM itself answers without its key (its own key guards /v1 only): the verification asks each without the
-# key through the door, and each must be refused (verify/endpoint_check.refused_without_key). GET routes: a POST one
-# (/invocations) would answer 405 from vLLM whoever asks, and prove nothing.
-KEYLESS_CHECKED = ("/v1/models", "/metrics", "/version", "/openapi.json", "/docs", "/ping", "/load")
+# key through the door, and each must answer the door's 401 (verify/endpoint_check.refused_without_key). POST ones are
+# sent an empty JSON body: vLLM would answer 400 or 422 to it, generating nothing, and the door 401.
+KEYLESS_CHECKED = ("/v1/models", "/metrics", "/version", "/openapi.json", "/docs", "/ping", "/load", "POST /invocations",
+                   "POST /tokenize", "POST /v1/completions")
+UNAUTHORIZED_STATUS = 401
 # A key goes into nginx's configuration as a literal string: only characters that need no quoting there, and short
 # enough for the map's hash bucket (map_hash_bucket_size 256, with "Bearer "). Generated keys are 48 letters and
 # digits; a given vllm_api_key outside this set is refused at the plan.
@@ -61,8 +63,11 @@ def keys_conf(key):
     refusal = key_refusal(key)
     if refusal:
         raise ValueError(refusal)
+    # A regular expression, not a string: nginx compares a map's strings ignoring case. Every character but letters and
+    # digits is escaped (PCRE reads a backslash before one as the character itself).
+    pattern = "".join(c if c.isalnum() else "\\" + c for c in key)
     return ("# Written by dgx_spark.vllm (module_utils/plan/door.py): the front door's key. Root only.\n"
-            'map $http_authorization $dgx_key_ok {\n    default 0;\n    "Bearer %s" 1;\n}\n' % key)
+            'map $http_authorization $dgx_key_ok {\n    default 0;\n    "~^Bearer %s$" 1;\n}\n' % pattern)
 
 
 NGINX_CONF = """# Written by dgx_spark.vllm (module_utils/plan/door.py): the front door. The key is in keys.conf.
@@ -139,7 +144,8 @@ def plan(name, image, labels, listen, port, folder, socket_folder, key_digest):
     return {"container": container, "folder": folder, "socket_folder": socket_folder, "listen": "%s:%d" % (listen, int(port)),
             "build_folder": folder + "/build", "build_file": folder + "/build/Dockerfile",
             "files": [{"path": folder + "/nginx.conf", "content": config, "mode": "0644"}],
-            "keys_file": folder + "/keys.conf", "health_path": HEALTH_PATH, "keyless_checked": list(KEYLESS_CHECKED)}
+            "keys_file": folder + "/keys.conf", "health_path": HEALTH_PATH, "keyless_checked": list(KEYLESS_CHECKED),
+            "keyless_status": UNAUTHORIZED_STATUS}
 
 
 def section(settings, head, paths, bind, key_digest, probed, findings):
@@ -150,4 +156,7 @@ def section(settings, head, paths, bind, key_digest, probed, findings):
                   bind or "0.0.0.0", settings["port"], paths["door_dir"], paths["door_socket_dir"], key_digest)
     result.update(host=head, change=shared.change(result["container"], True, probed, findings, head),
                   dockerfile=DOCKERFILE)
+    if int(settings["port"]) < 1024:  # its workers hold no capability, NET_BIND_SERVICE included
+        findings.error(head, settings["port"], "vllm_port %s is below 1024: the front door binds it with no privilege, and cannot; "
+                       "choose a port of 1024 or above (8000 by default), or put a proxy of yours in front" % settings["port"])
     return result

@@ -170,7 +170,9 @@ def plan(config, cluster, folder, targets, nodes, floor, limit, labels):
                "mode": "0644"} for name, content in sorted(files.items())]
     # Root's, but the data: the image's user (nobody) writes it.
     folders = [{"path": folder, "owner": "0", "mode": "0755"}, {"path": folder + "/config", "owner": "0", "mode": "0755"},
-               {"path": folder + "/config/keys", "owner": str(DATA_UID), "mode": "0700"},
+               # root's: another process of Prometheus's user (nobody) could otherwise swap a link in while root writes
+               # and chowns a key there; the files themselves are nobody's, 0400
+               {"path": folder + "/config/keys", "owner": "0", "mode": "0755"},
                {"path": folder + "/data", "owner": str(DATA_UID), "mode": "0700"}]
     # Each deployment's key, read by Prometheus's user alone; the role reads them on the controller (no_log).
     keys = [{"path": "%s/config/keys/%s" % (folder, t["deployment"]), "owner": str(DATA_UID), "mode": "0400",

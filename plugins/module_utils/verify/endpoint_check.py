@@ -35,8 +35,9 @@ class Client:
         response = open_url(self.base + path, method="GET", headers=headers, timeout=self.timeout)
         return response.getcode(), response.read()
 
-    def post(self, path, body):
-        return open_url(self.base + path, method="POST", data=json.dumps(body), headers=self.headers(), timeout=self.timeout)
+    def post(self, path, body, keyless=False):
+        headers = {"Content-Type": "application/json"} if keyless else self.headers()
+        return open_url(self.base + path, method="POST", data=json.dumps(body), headers=headers, timeout=self.timeout)
 
 
 def port_open(url):
@@ -86,22 +87,27 @@ def wait_ready(params, client, result):
         time.sleep(1)
 
 
-def refused_without_key(client, result, paths=("/v1/models",)):
-    """A client without the key must be refused on every route asked (``paths``; the front door asks the key on each
-    but its health route): each asked with no Authorization header answers an error (401 from the door, 401 or 403 from
-    vLLM's own key on /v1; LiteLLM's proxy answers 401, or 500 in some releases)."""
+def refused_without_key(client, result, paths=("/v1/models",), status=None):
+    """A client without the key must be refused on every route asked (``paths``: "/path" for a GET, "POST /path" for a
+    POST of an empty JSON object): each asked with no Authorization header answers ``status`` (the front door's 401), or
+    any error when it is None (LiteLLM's proxy answers 401, or 500 in some releases). No route asked proves nothing."""
+    if not paths:
+        result["errors"].append("refused_without_key asks no route: give keyless_paths")
+        return
     refused = True
-    for path in paths:
+    for entry in paths:
+        method, path = entry.split(" ", 1) if " " in entry else ("GET", entry)
         try:
-            code = client.get(path, keyless=True)[0]
+            code = client.get(path, keyless=True)[0] if method == "GET" else client.post(path, {}, keyless=True).getcode()
         except Exception as exc:  # pylint: disable=broad-except
             code = getattr(exc, "code", None)
             if code is None:
                 result["errors"].append("asked without the key, %s%s failed: %s" % (client.base, path, getattr(exc, "reason", None) or exc))
                 return
-        if code < 400:
+        if code < 400 or (status is not None and code != status):
             refused = False
-            result["errors"].append("%s%s answered %s to a client without the key; it must refuse it" % (client.base, path, code))
+            result["errors"].append("%s %s%s answered %s to a client without the key; it must refuse it%s"
+                                    % (method, client.base, path, code, " with %d" % status if status else ""))
     result["refused_without_key"] = refused
 
 
@@ -217,6 +223,7 @@ ARGUMENT_SPEC = dict(
     health_path=dict(type="str", default="/health"),
     refused_without_key=dict(type="bool", default=False),
     keyless_paths=dict(type="list", elements="str", default=["/v1/models"], no_log=False),
+    keyless_status=dict(type="int"),
     stream=dict(type="bool", default=True),
     smoke_tests=dict(type="list", elements="dict", default=[]),
     canary=dict(type="dict"),
@@ -234,7 +241,7 @@ def check(params, warn):
               "first_token": None, "smoke": [], "live": None, "refused_without_key": None, "errors": []}
     if wait_ready(params, client, result):
         if params["refused_without_key"]:
-            refused_without_key(client, result, params["keyless_paths"])
+            refused_without_key(client, result, params["keyless_paths"], params["keyless_status"])
         result["ready"], together = first_requests(params, client, result)
         if result["ready"] and params["canary"]:
             ask_canary(params, client, result, together)

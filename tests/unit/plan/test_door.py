@@ -26,7 +26,10 @@ def test_every_route_but_the_health_route_asks_for_the_key():
 
 def test_the_key_file_maps_the_bearer_header_and_refuses_what_nginx_could_not_hold():
     key = "A" * 20 + "b9"
-    assert '"Bearer %s" 1;' % key in door_filter.door_keys(key + "\n") and "default 0;" in door.keys_conf(key)
+    assert '"~^Bearer %s$" 1;' % key in door_filter.door_keys(key + "\n") and "default 0;" in door.keys_conf(key)
+    # A regular expression, matched case-sensitively (a map's strings are matched ignoring case), each other character
+    # escaped: "." matches a dot only.
+    assert '"~^Bearer k\\.y\\+z\\/0\\=1\\-2\\~3\\_45678$" 1;' in door.keys_conf("k.y+z/0=1-2~3_45678")
     for bad in ("short", 'has"quote-and-is-long-enough', "has space but long enough", "dollar$sign-long-enough-x", ""):
         with pytest.raises(AnsibleFilterError) as failed:
             door_filter.door_keys(bad)
@@ -41,3 +44,37 @@ def test_the_door_holds_no_secret_in_its_spec_and_a_new_key_recreates_it():
     assert all(v.endswith(":ro") for v in spec["volumes"]) and spec["env"] == {} and spec["network_mode"] == "host"
     assert spec["labels"]["dgx_spark.vllm.config_hash"] != two["container"]["labels"]["dgx_spark.vllm.config_hash"]
     assert "digest" not in str(spec["command"])
+
+
+def test_the_keyless_check_expects_the_doors_401_on_every_route_asked():
+    """A route vLLM answers 404 (or a POST it answers 422) must not pass for refused: only the door's 401 does, and a
+    check that asks nothing fails."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import endpoint_check
+
+    class Answer(Exception):
+        def __init__(self, code):
+            super().__init__(code)
+            self.code = code
+
+    class Client:
+        base = "http://door"
+
+        def __init__(self, codes):
+            self.codes, self.asked = codes, []
+
+        def get(self, path, keyless=False):
+            self.asked.append(("GET", path, keyless))
+            raise Answer(self.codes.get(path, 401))
+
+        def post(self, path, body, keyless=False):
+            self.asked.append(("POST", path, keyless))
+            raise Answer(self.codes.get(path, 401))
+
+    for codes, refused in (({}, True), ({"/load": 404}, False), ({"/invocations": 422}, False), ({"/metrics": 200}, False)):
+        result, client = {"errors": []}, Client(codes)
+        endpoint_check.refused_without_key(client, result, door.KEYLESS_CHECKED, door.UNAUTHORIZED_STATUS)
+        assert result["refused_without_key"] is refused and bool(result["errors"]) is not refused, (codes, result)
+        assert ("POST", "/invocations", True) in client.asked and all(keyless for dummy, dummy2, keyless in client.asked)
+    result = {"errors": []}
+    endpoint_check.refused_without_key(Client({}), result, [], 401)
+    assert result["errors"] and "refused_without_key" not in result
