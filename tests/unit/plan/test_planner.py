@@ -754,3 +754,8 @@ def test_the_workers_the_image_is_streamed_to_each_with_the_streams_own_check(tm
     assert "ssh -o BatchMode=yes nvidia@192.168.100.12 docker load" in stream["cmd"]
     inputs["settings"]["image_build"] = True  # an image built on the head reaches every worker
     assert deployment.plan_deployment(inputs)["image_stream_to"] == ["spark2", "spark3"]
+
+
+def test_a_port_the_front_door_cannot_bind_is_refused(tmp_path, m25):
+    plan, dummy = bind_plan(tmp_path, m25, port=443)
+    assert not plan["ok"] and [e for e in plan["errors"] if e["message"].startswith("vllm_port 443 is below 1024")]
