@@ -217,6 +217,17 @@ def chat_once(url, key, model, timeout):
     return False
 
 
+def bare_command(command, listen):
+    """The plan's vLLM command as a user's script types it (the write-ups' way): vLLM on the endpoint's TCP port itself,
+    with no front door in front, instead of the door's socket. A user's script skips nothing else the launch does."""
+    argv = list(command)
+    if "--uds" in argv:
+        at = argv.index("--uds")
+        host, port = listen.rsplit(":", 1)
+        argv[at:at + 2] = ["--host", host, "--port", port]
+    return argv
+
+
 def bare_bringup(plan):
     """The bare bring-up on the same images: two containers, Ray head and worker, `vllm serve` inside the head,
     timed to the first completion. The plan of the last serve.yml gives the specs, so nothing differs but the tool."""
@@ -237,7 +248,7 @@ def bare_bringup(plan):
                 break
             time.sleep(0.5)
         subprocess.run(on_head + ["exec", "-d", specs[0][0]["name"], "sh", "-c", "exec \"$@\" >> /dgx-spark/logs/vllm.log 2>&1", "sh"]
-                       + serve["command"], check=True)
+                       + bare_command(serve["command"], plan["cluster"]["door"]["listen"]), check=True)
         ok = chat_once(endpoint["url"], key, endpoint["served_model_name"], 1800)
         seconds = time.monotonic() - started
     finally:
