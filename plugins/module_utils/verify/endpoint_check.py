@@ -223,7 +223,7 @@ ARGUMENT_SPEC = dict(
     health_path=dict(type="str", default="/health"),
     refused_without_key=dict(type="bool", default=False),
     keyless_paths=dict(type="list", elements="str", default=["/v1/models"], no_log=False),
-    keyless_status=dict(type="int"),
+    keyless_status=dict(type="int", no_log=False),
     stream=dict(type="bool", default=True),
     smoke_tests=dict(type="list", elements="dict", default=[]),
     canary=dict(type="dict"),
