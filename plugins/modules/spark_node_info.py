@@ -275,6 +275,14 @@ resolved:
   type: list
   elements: str
   returned: always
+system_nccl:
+  description:
+    - The node's system NCCL (DGX OS's C(libnccl2)), read without loading it; null where the node has none. C(file) is
+      the library the link resolves to, C(build_id) its GNU build ID, which tells two builds of one version apart.
+  type: dict
+  returned: always
+  sample: {"path": "/usr/lib/aarch64-linux-gnu/libnccl.so.2", "file": "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9",
+           "version": "2.28.9", "build": "+cuda13.0", "build_id": "fbefce04199ecbd92995b01de72af21ccdc01787"}
 """
 
 import os

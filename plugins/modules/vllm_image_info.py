@@ -81,6 +81,13 @@ image_info:
       description: Registered tool-call parser names.
       type: list
       elements: str
+    nccl:
+      description:
+        - The NCCL the image's torch loads (C(loaded)), else the pip wheel's a CUDA torch would load; its C(path),
+          C(version), C(build_id). Null when the image carries none (vLLM's CPU build).
+      type: dict
+      sample: {"path": "/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2", "version": "2.28.9",
+               "build": "+cuda13.0", "build_id": "7afb65ac8ed8030904bcb5811c04553294308fc6", "loaded": true}
     cached:
       description: True when the answer came from O(cache_dir).
       type: bool

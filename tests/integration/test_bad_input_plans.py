@@ -82,6 +82,8 @@ CASES = [
      "spark_cluster", "value of vllm_backend must be one of: ray, mp, got: tcp", "vllm_backend"),
     ("transport", "inventory", "an unknown NCCL transport", {"vars": {"vllm_nccl_transport": "ib"}},
      "spark_cluster", "got: ib", "value of vllm_nccl_transport must be one of: auto, roce, socket"),
+    ("nccl-library", "inventory", "an unknown NCCL library", {"vars": {"vllm_nccl_library": "wheel"}},
+     "spark_cluster", "got: wheel", "value of vllm_nccl_library must be one of: image, system"),
     ("ray-client", "inventory", "RAY_ADDRESS of a Ray Client in vllm_extra_env", {"vars": {"vllm_extra_env": {"RAY_ADDRESS": "ray://10.0.0.1:10001"}}},
      "all", "RAY_ADDRESS=ray://10.0.0.1:10001", "remove it"),
     ("port-range", "inventory", "a port outside 1-65535", {"vars": {"vllm_port": 70000}},

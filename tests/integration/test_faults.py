@@ -285,6 +285,26 @@ def test_a_container_sees_only_its_folders_and_writes_only_its_log_and_state(cli
     assert chat() == 200
 
 
+def test_each_rank_loads_its_nodes_system_nccl_and_the_plan_names_both_builds(client):
+    # inventories/sim sets vllm_nccl_library: system. Each node's image carries the wheel's stand-in and each node the
+    # system's (same version, other build IDs): in every rank's container the image's file is the node's library.
+    rc, out = playbook("plan", log="faults-plan-nccl", check=True)
+    line = [l for l in out.splitlines() if "NCCL library the ranks load: system" in l][0]
+    assert "the image's: 2.28.9+cuda13.0, build" in line and "sim-worker1's system: 2.28.9+cuda13.0, build" in line
+    for node, name in (("sim-head", HEAD_RAY), ("sim-worker1", WORKER_RAY)):
+        container = node_docker(node).containers.get(name)
+        env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
+        target = env["VLLM_NCCL_SO_PATH"]
+        assert target.endswith("/nvidia/nccl/lib/libnccl.so.2")
+        mount = [m for m in container.attrs["Mounts"] if m["Destination"] == target][0]
+        assert re.fullmatch(r"/usr/lib/[\w-]+-linux-gnu/libnccl\.so\.2\.28\.9", mount["Source"]) and mount["RW"] is False
+        seen = container.exec_run(["sha256sum", target]).output.decode().split()[0]
+        assert seen == node_shell(client, node, "sha256sum %s" % mount["Source"]).split()[0], node
+    # The image's own choice plans a warning that names the two builds, and would recreate the containers.
+    rc, out = playbook("plan", "-e", "vllm_nccl_library=image", log="faults-plan-nccl-image", check=True)
+    assert "same version in different builds" in out and "vllm_nccl_library: system does that" in out
+
+
 def test_a_flushed_firewall_is_named_refuses_every_start_and_the_next_serve_loads_it_alone(client):
     """nft flush ruleset on a serving head: Ray's ports answer this machine; status.yml names the node, its supervisor
     refuses to start anything (fail closed), and serve.yml loads the table again with no other change."""

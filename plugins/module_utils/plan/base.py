@@ -38,6 +38,7 @@ DEFAULT_SETTINGS = {
     "ulimits": ["memlock:-1:-1", "stack:67108864:67108864"],
     "nccl_transport": "auto",   # auto | roce | socket
     "nccl_strict": False,
+    "nccl_library": "image",    # image | system: the NCCL the ranks load (module_utils/plan/nccl_library.py)
     "nccl_debug": True,
     "ring": None,               # {"subnet_prefix_len": 24} for a switchless ring
     "simulated": False,

@@ -10,7 +10,7 @@ import json
 import re
 import shlex
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code, door, firewall, flags as flag_utils, labels as container_labels
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code, door, firewall, flags as flag_utils, labels as container_labels, nccl_library
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, CONTAINER_FOLDERS, MODELS_MOUNT, node_paths, STATE_MOUNT
 
 OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for plasma otherwise
@@ -223,6 +223,7 @@ def container_spec(inputs, name, role, env, paths, command, kind):
     container = inputs["profile"].get("container") or {}
     volumes = state_volumes(paths, kind) + ["%s:%s:ro" % (paths["models_dir"], MODELS_MOUNT)]
     volumes += container.get("extra_volumes") or []
+    volumes += nccl_library.volumes(inputs.get("nccl_library"), name)  # vllm_nccl_library: system
     return {
         "name": container_name(settings, role, name),
         "image": settings["image"],

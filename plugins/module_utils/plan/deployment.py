@@ -32,6 +32,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewal
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import gateway
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nccl_library
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nodes as nodes_check
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import ring as ring_links
@@ -158,7 +159,9 @@ def plan_deployment(inputs, stage="full"):
     inputs["endpoint"] = dict(zip(("bind", "advertised"), nodes_check.bind_address(settings, head, inputs["nodes"][head], findings)))
     use_roce = environment.transport(inputs, findings)
     node_env = environment.node_environment(inputs, findings, use_roce)
-    common = environment.common_environment(inputs, result["parallel"], use_roce)
+    inputs["nccl_library"] = nccl_library.plan(settings, (inputs.get("image_info") or {}).get("nccl"),
+                                               {n: inputs["nodes"][n].get("system_nccl") for n in order}, order, findings)
+    common = dict(environment.common_environment(inputs, result["parallel"], use_roce), **inputs["nccl_library"]["env"])
     flags, max_len = commands.serve_flags(inputs, findings, result["parallel"])
     check_flags(inputs, findings, flags, commands.planned_flags(inputs, result["parallel"], result["gpu_memory_utilization"], max_len))
     inputs["code_pins"] = code.check(flags, [("profile %s: env" % profile["name"], profile.get("env")),
@@ -169,6 +172,7 @@ def plan_deployment(inputs, stage="full"):
                                    str(inputs["nodes"][head]["fabric_ip"]))
 
     cluster = cluster_section(inputs, result, use_roce, common, argv_of(0), environment.non_carry_over(node_env))
+    cluster["nccl_library"] = inputs["nccl_library"]
     result["nodes"] = {n: plan_node(inputs, n, rank, head, cluster, node_env[n], argv_of) for rank, n in enumerate(order)}
     changes.decide_changes(inputs, result["nodes"], cluster, head)
     cluster["door"] = door.section(settings, head, result["nodes"][head]["paths"], inputs["endpoint"]["bind"], inputs.get("api_key_digest"),

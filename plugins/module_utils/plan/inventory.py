@@ -74,6 +74,9 @@ def check_inventory(inputs, findings):
     if backend not in ("ray", "mp"):
         findings.error("all", backend, "vllm_backend must be ray or mp, got %r" % (backend,))
     settings = inputs["settings"]
+    if settings["nccl_library"] not in ("image", "system"):
+        findings.error("all", settings["nccl_library"], "vllm_nccl_library must be image (the image's own NCCL) or system (each "
+                       "node's libnccl2 mounted over it), got %r" % settings["nccl_library"])
     if settings["nccl_transport"] not in ("auto", "roce", "socket"):
         findings.error("all", settings["nccl_transport"], "vllm_nccl_transport must be auto, roce or socket, got %r" % settings["nccl_transport"])
     for key, value in (inputs.get("extra_env") or {}).items():

@@ -60,6 +60,7 @@ SMOKE_KINDS = ("chat", "no_control_tokens", "tool_call", "reasoning")
 # (the preflight role passes them in exactly these places; tests/static checks that it does).
 RESTORE_VARIABLES = {
     "vllm_nccl_transport": ("settings", "nccl_transport"),
+    "vllm_nccl_library": ("settings", "nccl_library"),
     "vllm_memory_headroom_floor_gib": ("settings", "memory_headroom_floor_gib"),
     "vllm_gpu_memory_utilization": ("overrides", "gpu_memory_utilization"),
     "vllm_max_model_len": ("overrides", "max_model_len"),

@@ -12,11 +12,15 @@ releases; the parser moved from ``vllm.entrypoints.openai.cli_args`` to
 
 from __future__ import annotations
 
+import hashlib
 import json
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import nccl_lib
 
 PROBE_SCRIPT = r"""
 import importlib, json, os, sys
-result = {"version": None, "ray_version": None, "options": None, "reasoning_parsers": None, "tool_parsers": None, "errors": []}
+result = {"version": None, "ray_version": None, "options": None, "reasoning_parsers": None, "tool_parsers": None, "nccl": None,
+          "errors": []}
 try:
     import vllm
     result["version"] = getattr(vllm, "__version__", None)
@@ -65,10 +69,18 @@ if result["version"]:
         for attr in ("reasoning_parsers", "tool_parsers", "lazy_parsers"):
             names.update(getattr(manager, attr, {}) or {})
         result[key] = sorted(names)
+try:
+    result["nccl"] = image_nccl()
+except Exception as exc:
+    result["errors"].append("NCCL: %s: %s" % (type(exc).__name__, exc))
 sys.stdout.write("\n" + json.dumps(result) + "\n")
 sys.stdout.flush()
 os._exit(0)
 """
+# The NCCL the image's torch loads (nccl_lib): its reader and the lookup, defined before the script's end runs them.
+PROBE_SCRIPT = PROBE_SCRIPT.replace("\ntry:\n    result[\"nccl\"]", nccl_lib.SOURCE + nccl_lib.IMAGE_READ + "\ntry:\n    result[\"nccl\"]", 1)
+# An image's read is cached by its ID and this script: a collection that reads more reads every image again.
+SCRIPT_DIGEST = hashlib.sha256(PROBE_SCRIPT.encode()).hexdigest()[:12]
 
 
 class ImageInfoError(Exception):

@@ -79,7 +79,7 @@ def image_id(run, image, docker="docker"):
 
 def image(run, image_name, the_id, docker="docker", gpus=None, cache_dir=None, write_cache=True):
     """The image's vLLM, Ray, `vllm serve` options and parsers, read once per image ID (cached in ``cache_dir``)."""
-    cache = os.path.join(cache_dir, the_id.replace(":", "_") + ".json") if cache_dir else None
+    cache = os.path.join(cache_dir, "%s-%s.json" % (the_id.replace(":", "_"), ii.SCRIPT_DIGEST)) if cache_dir else None
     if cache and os.path.exists(cache):
         try:
             with open(cache, encoding="utf-8") as handle:

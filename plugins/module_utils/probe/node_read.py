@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, process_group as pg, supervisor_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import Batch, collect, start
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import nccl_lib, node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.unified_memory import APPS_QUERY
 
 # What a deployment's read takes (the module's options of the same names); the rest is the node's.
@@ -76,7 +76,8 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
     found = node_probe.interfaces(batch)
     common = dict(roce=node_probe.roce(node["sysfs_root"], warn), docker=node_probe.docker_info(batch, docker),
                   listening=node_probe.lines(batch, LISTENING), interfaces=found, addresses=node_probe.addresses(found),
-                  connection_interface=node_probe.connection_interface(found, ssh_connection))
+                  connection_interface=node_probe.connection_interface(found, ssh_connection),
+                  system_nccl=nccl_lib.system(warn=warn))
     docker_ps = node_probe.lines(batch, docker_ps_argv(docker)) if common["docker"] is not None else []
     answers = {}
     for name, spec in specs.items():

@@ -84,6 +84,9 @@ def deployment(plan):
                                                                        endpoint.get("api_key_file") or "the environment"))
         lines.append("Image: %s (vLLM %s); NCCL transport: %s%s" % (
             cluster["image"], cluster.get("vllm_version") or "?", cluster["transport"], ", strict" if cluster["nccl_strict"] else ""))
+        if cluster.get("nccl_library"):
+            lines.append("NCCL library the ranks load: %s (vllm_nccl_library); %s" % (
+                cluster["nccl_library"]["mode"], "; ".join(cluster["nccl_library"]["lines"])))
         if cluster.get("eager_reason"):
             lines.append("Eager mode: %s" % cluster["eager_reason"])
         nodes = plan.get("nodes") or {}

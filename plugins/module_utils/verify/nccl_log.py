@@ -17,6 +17,7 @@ import re
 _RANK = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?P<level>INFO|WARN) (?P<text>.*)")
 _NETWORK = re.compile(r"Using network (\S+)")
 _CHANNEL = re.compile(r"\bvia (\S+)")
+_VERSION = re.compile(r"^NCCL version (\S+)")  # each rank's first line: the library it loaded (plan/nccl_library.py)
 
 
 def transport_of(channel):
@@ -33,8 +34,11 @@ def parse(text):
         if not match:
             continue
         rank = ranks.setdefault("%s:%s" % (match.group("host"), match.group("pid")),
-                                {"network": None, "channels": {}, "gdr": False, "warnings": []})
+                                {"network": None, "channels": {}, "gdr": False, "warnings": [], "version": None})
         body = match.group("text")
+        version = _VERSION.search(body)
+        if version:
+            rank["version"] = version.group(1)
         network = _NETWORK.search(body)
         if network:
             rank["network"] = network.group(1)
@@ -52,7 +56,7 @@ def parse(text):
 def verdict(text, expect_ib=True, strict=False):
     """Summarize the transport. ``status`` is ok, fallback, failed or absent (no NCCL lines)."""
     ranks = parse(text)
-    result = {"ranks": ranks, "status": "absent", "messages": []}
+    result = {"ranks": ranks, "status": "absent", "messages": [], "versions": []}
     if not ranks:
         result["messages"].append("no NCCL lines in the logs (NCCL_DEBUG=INFO not set, or no NCCL communicator: "
                                   "the CPU build uses Gloo)")
@@ -73,6 +77,13 @@ def verdict(text, expect_ib=True, strict=False):
     else:
         result["status"] = "ok"
         result["messages"].append("NCCL uses %s on %d rank(s)" % ("NET/IB" if ib else "its local transports", len(ranks)))
+    versions = sorted({v["version"] for v in ranks.values() if v["version"]})
+    result["versions"] = versions
+    if len(versions) > 1:
+        result["messages"].append("the ranks loaded different NCCL versions (%s): every rank must load one; see "
+                                  "vllm_nccl_library" % ", ".join("%s %s" % (r, v["version"]) for r, v in sorted(ranks.items())))
+    elif versions:
+        result["messages"][-1] = "NCCL %s: %s" % (versions[0], result["messages"][-1])
     if gdr:
         result["messages"].append("GPUDirect RDMA claimed on %s; GB10 has none: set NCCL_NET_GDR_LEVEL=LOC" % ", ".join(sorted(gdr)))
     return result

@@ -44,3 +44,20 @@ def test_gdr_claimed_on_gb10_is_flagged():
 
 def test_no_nccl_lines_is_absent_not_ok():
     assert nccl_log.verdict("INFO 11-22 01:07:44 [cpu_worker.py:260] KV cache")["status"] == "absent"
+
+
+def test_each_ranks_nccl_version_is_read_and_shown_with_the_transport():
+    result = nccl_log.verdict(read_fixture("nccl", "nccl-socket-fallback.log"), expect_ib=True)
+    assert result["versions"] == ["2.28.9+cuda13.0"] and all(r["version"] == "2.28.9+cuda13.0" for r in result["ranks"].values())
+    assert result["messages"][0].startswith("NCCL 2.28.9+cuda13.0: NCCL fell back to TCP sockets")
+    result = nccl_log.verdict(read_fixture("nccl", "nccl-p2p-default.log"), expect_ib=False)
+    assert result["messages"][0].startswith("NCCL 2.28.9+cuda13.0: NCCL uses its local transports on 2 rank(s)")
+
+
+def test_ranks_that_loaded_different_versions_are_named():
+    # the captured log with one rank's banner as another build would print it
+    before, after = "vm:627:627 [1] NCCL INFO NCCL version 2.28.9+cuda13.0", "vm:627:627 [1] NCCL INFO NCCL version 2.27.3+cuda12.9"
+    log = read_fixture("nccl", "nccl-p2p-default.log").replace(before, after)
+    result = nccl_log.verdict(log, expect_ib=False)
+    assert result["versions"] == ["2.27.3+cuda12.9", "2.28.9+cuda13.0"]
+    assert "vm:626 2.28.9+cuda13.0, vm:627 2.27.3+cuda12.9" in result["messages"][-1]
