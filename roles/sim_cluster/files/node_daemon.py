@@ -14,6 +14,9 @@ disk_full trap's does) with a /proc of the node's PID namespace, where the node'
     <root>/nodes/<node>/shm             -> /dev/shm                  (the node's own tmpfs, the node's /dev/shm too:
                                                                      shared by --ipc host, as on a Spark)
     tmpfs                               -> /run/containerd           (so dockerd starts a containerd of its own)
+    the node's /usr/lib/<arch>/libnccl* -> the same path           (copied into an overlay of this machine's folder:
+                                                                     the node's system NCCL, which vllm_nccl_library:
+                                                                     system mounts into containers)
 
 A container it starts with --network host --ipc host sees exactly the node's interfaces, addresses, name and shared
 memory, and no other node's. Its processes are the node's: `ps` on the node lists them, as on a Spark, and when the
@@ -33,8 +36,10 @@ Usage: node_daemon.py start ROOT NODE CONTAINER_PID MGMT_IP FABRIC_IP | stop ROO
 Prints {"changed": bool, "pid": int|null}.
 """
 
+import glob
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -54,6 +59,23 @@ def paths(root, node):
             "pidfile": os.path.join(base, "run", "dockerd.pid"), "hosts": os.path.join(base, "run", "hosts"), "log": os.path.join(base, "run", "dockerd.log"),
             "drop_caches": os.path.join(base, "run", "drop_caches"), "attached": os.path.join(base, "run", "store"), "shm": os.path.join(base, "shm"),
             "data": os.path.join(root, "stores", node), "exec": "/run/dgx-spark-sim/%s" % node, "bin": os.path.join(root, "bin")}
+
+
+def system_libraries(p, container_pid):
+    """Shell that shows the daemon the node's system NCCL at the node's path (a container's mount of a host file is
+    resolved by the daemon, which runs on this machine): this machine's library folder overlaid, in the daemon's own
+    mount namespace, with a copy of the node's libnccl files. This machine's folder is left as it was. Empty where the
+    node has none."""
+    found = sorted(glob.glob("/proc/%d/root/usr/lib/*-linux-gnu/libnccl.so*" % container_pid))
+    if not found:
+        return ""
+    folder = os.path.dirname(found[0])[len("/proc/%d/root" % container_pid):]
+    upper, work = os.path.join(p["run"], "libs", "upper"), os.path.join(p["run"], "libs", "work")
+    shutil.rmtree(os.path.join(p["run"], "libs"), ignore_errors=True)
+    os.makedirs(upper)
+    os.makedirs(work)
+    return "mount -t overlay overlay -o lowerdir=%s,upperdir=%s,workdir=%s %s && cp -a %s %s/ &&" % (
+        folder, upper, work, folder, " ".join(shlex.quote(f) for f in found), folder)
 
 
 def running_pid(p):
@@ -208,9 +230,10 @@ def start(p, node, container_pid, addresses):
     with open(p["hosts"], "w", encoding="utf-8") as handle:  # as DGX OS writes it: the node's name on 127.0.1.1
         handle.write("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n" % node)
     bind_drop_caches(p, container_pid)
-    script = ('mount --bind "$4" /dev/shm && mount -t proc proc /proc && mount -t tmpfs tmpfs /run/containerd '
+    libs = system_libraries(p, container_pid)
+    script = ('%s mount --bind "$4" /dev/shm && mount -t proc proc /proc && mount -t tmpfs tmpfs /run/containerd '
               '&& mount --bind "$1" %s && mount --bind "$2" /dev/infiniband && mount --bind "$3" /etc/hosts && shift 4 '
-              '&& exec "$@"' % SPARK_STATE)
+              '&& exec "$@"' % (libs, SPARK_STATE))
     argv = ["nsenter", "--net=/proc/%d/ns/net" % container_pid, "--uts=/proc/%d/ns/uts" % container_pid,
             "--ipc=/proc/%d/ns/ipc" % container_pid, "--pid=/proc/%d/ns/pid" % container_pid, "--",
             "unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script, "sh", p["var"], p["dev"], p["hosts"],

@@ -33,8 +33,7 @@ def plan(tmp_path, mode=None, image=True, systems=("DGX OS libnccl2", "DGX OS li
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
     m25["model"]["revision"] = "0123456789abcdef0123456789abcdef01234567"
     inputs = spark_inputs(m25, tmp_path, settings={"nccl_library": mode} if mode else None)
-    if image:
-        inputs["image_info"] = dict(inputs["image_info"], nccl=dict(identity(tmp_path, "pip wheel", WHEEL), loaded=True))
+    inputs["image_info"] = dict(inputs["image_info"], nccl=dict(identity(tmp_path, "pip wheel", WHEEL), loaded=True) if image else None)
     for (name, node), build, version in zip(sorted(inputs["nodes"].items()), systems, versions):
         node["system_nccl"] = identity(tmp_path, build, SYSTEM.replace("2.28.9", version), version) if build else None
     return deployment.plan_deployment(inputs)
