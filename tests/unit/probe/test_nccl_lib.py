@@ -63,7 +63,7 @@ def test_the_image_script_carries_the_reader_and_reports_the_wheel_library(tmp_p
     build(tmp_path, "site/nvidia/nccl/lib/libnccl.so.2", "pip wheel nvidia-nccl-cu13")
     script = image_info.PROBE_SCRIPT
     assert nccl_lib.SOURCE in script and script.index("def image_nccl") < script.index('result["nccl"] = image_nccl()')
-    done = subprocess.run(["python3", "-c", script], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")))
+    done = subprocess.run(["python3", "-c", script], capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")))
     import json
     found = json.loads(done.stdout.strip().splitlines()[-1])["nccl"]
     assert found["file"] == str(package / "libnccl.so.2") and found["version"] == "2.28.9" and found["loaded"] is False
