@@ -118,7 +118,8 @@ class ActionModule(ControllerAction):
         folder, rows, meta = args["folder"], args["rows"], args["meta"]
         before, differ = bench_results.compare_with(args["recorded"], previous_run(args["runs_dir"], folder, meta.get("profile")))
         text = bench_results.summary(rows, before, meta, args["bound"], args["published"], args["share"]) + (differ + "\n" if differ else "")
-        run = {"meta": meta, "rows": rows, "decode_bound": args["bound"], "published": args["published"]}
+        run = {"meta": meta, "rows": rows, "decode_bound": args["bound"], "published": args["published"],
+               "against_published": [{k: c[k] for k in ("published", "ratio", "says")} for c in bench_results.against_published(rows, args["published"])]}
         result.update(changed=False, folder=folder, summary=text, run=run,
                       regressions=bench_results.regressions(rows, (before or {}).get("rows"), args["share"]) if before else [],
                       previous=(before or {}).get("meta", {}).get("taken_at"))

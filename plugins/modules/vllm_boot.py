@@ -74,6 +74,12 @@ options:
       - Where this node keeps the record (C(plan.nodes[<node>].paths.last_known_good_file)), on the nodes of
         C(plan.cluster.records_on) (the head and the next node); omitted on the others.
     type: str
+  cache_dir:
+    description:
+      - This node's folder of vLLM's compile caches (C(plan.nodes[<node>].paths.compile_cache_dir)), one per image and
+        compile-relevant configuration. With O(record), the caches of an image no kept tag of this cluster names any more
+        are removed with it, following no link. Omitted, none is removed.
+    type: path
   references:
     description:
       - The canary's references as the controller keeps them (C(plan.cluster.reports.canary)), which the supervisor asks
@@ -172,7 +178,8 @@ def main():
                            references=dict(type="dict"),
                            references_path=dict(type="str"),
                            image=dict(type="str"),
-                           cluster=dict(type="str")),
+                           cluster=dict(type="str"),
+                           cache_dir=dict(type="path")),
         required_by={"record": ("image", "cluster")},
         supports_check_mode=True,
     )
@@ -195,7 +202,8 @@ def main():
         if params["record"] and state == "present":
             record_files = {params[k + "_path"]: params[k] for k in ("record", "references") if params[k + "_path"] and params[k]}
             result["kept"], problem = kept_image.keep(params["record"], params["image"], params["cluster"],
-                                                      lambda argv: run(module, argv), module.check_mode, record_files)
+                                                      lambda argv: run(module, argv), module.check_mode, record_files,
+                                                      params["cache_dir"])
             result["changed"] = result["changed"] or bool(result["kept"])
             if problem:
                 module.fail_json(msg=problem, **result)

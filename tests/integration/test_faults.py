@@ -268,11 +268,12 @@ def test_a_container_sees_only_its_folders_and_writes_only_its_log_and_state(cli
             for path in ROOTS_FILES + [STATE]:
                 assert not (path + "/").startswith(mount["Source"].rstrip("/") + "/"), (name, mount["Source"], path)
         written = [d for d in container.exec_run(["sh", "-c", TRY_WRITES]).output.decode().split() if d.startswith(("/dgx-spark/", "/models"))]
-        expected = ["/dgx-spark/door", "/dgx-spark/logs", "/dgx-spark/run"] if node == "sim-head" else []  # door: vLLM's socket
+        # door: vLLM's socket; cache: vLLM's compile cache (every rank compiles)
+        expected = ["/dgx-spark/cache", "/dgx-spark/door", "/dgx-spark/logs", "/dgx-spark/run"] if node == "sim-head" else ["/dgx-spark/cache"]
         assert written == expected, (name, written)
         assert sorted(m["Destination"] for m in mounts if m["RW"] and m["Destination"].startswith(("/dgx-spark", "/models"))) == expected
         seen = container.exec_run(["ls", "/dgx-spark"]).output.decode().split()
-        assert seen == (["bin", "config", "door", "keys", "logs", "run"] if node == "sim-head" else ["config", "keys"]), (name, seen)
+        assert seen == (["bin", "cache", "config", "door", "keys", "logs", "run"] if node == "sim-head" else ["cache", "config", "keys"]), (name, seen)
         keys = container.exec_run(["ls", "/dgx-spark/keys"]).output.decode().split()
         assert keys == (["ray_auth_token", "vllm_api_key"] if node == "sim-head" else ["ray_auth_token"]), (name, keys)
     # The front door mounts its configuration, its key file and vLLM's socket folder, all read-only, and writes nothing

@@ -13,12 +13,31 @@ then stays until a later commit. ``run(argv)`` returns (rc, stdout, stderr)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import json_text, read_text
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import compile_cache, records
 
 
-def keep(record, image, cluster, run, check=False, record_files=None):
+def _listed(folder):
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _remove(path):
+    """Remove what a container wrote, following no link: a link is unlinked, a folder walked (shutil.rmtree neither
+    follows a link inside it nor accepts one as its top)."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        os.unlink(path)
+    else:
+        shutil.rmtree(path)
+
+
+def keep(record, image, cluster, run, check=False, record_files=None, cache_dir=None):
     """Tag ``image`` as ``record["kept_image"]`` when the node lacks that tag, remove this cluster's kept tags the
     record no longer lists, and write each of ``record_files`` ({path: data}: the record and the references, on the head
     and the next node) where it differs. Returns (what changed, one line each; an error message or None)."""
@@ -39,6 +58,13 @@ def keep(record, image, cluster, run, check=False, record_files=None):
             done.append("let go of " + old)
         elif "conflict" not in (err + out):
             return done, "cannot remove %s: %s" % (old, (err or out).strip())
+    if cache_dir:
+        # the images the record keeps (each kept tag ends in its image's ID) and the one it serves
+        kept = [t.rsplit("-", 1)[-1] for t in record.get("kept_images") or []] + [(record.get("image_id") or "").split(":")[-1][:12]]
+        for name in compile_cache.stale(_listed(cache_dir), kept):
+            done.append("removed the compile cache " + name)
+            if not check:
+                _remove(os.path.join(cache_dir, name))
     for path, data in sorted((record_files or {}).items()):
         text = json_text(data)
         if read_text(path) != text:

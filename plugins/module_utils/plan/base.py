@@ -81,10 +81,11 @@ BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_c
 STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("secrets", "0700"), ("container", "0755"), ("door", "0700"))
 # The container-visible folders: (name, mode, whether a container may write it). A container reads the launcher,
 # vLLM's config, its keys and the fetch's token, and writes only vLLM's log and state (and bench's results) there, and
-# vLLM's socket (door, root's only: the front door reaches vLLM through it, module_utils/plan/door.py): root never runs,
+# vLLM's socket (door, root's only: the front door reaches vLLM through it, module_utils/plan/door.py) and vLLM's
+# compile cache (cache, module_utils/plan/compile_cache.py): root never runs,
 # loads or writes through what is in a writable one (node/command.py read_small).
 CONTAINER_FOLDERS = (("bin", "0755", False), ("config", "0755", False), ("keys", "0700", False), ("fetch", "0700", False),
-                     ("logs", "0755", True), ("run", "0755", True), ("door", "0700", True))
+                     ("logs", "0755", True), ("run", "0755", True), ("door", "0700", True), ("cache", "0755", True))
 
 
 def truthy(value):
@@ -161,6 +162,7 @@ def node_paths(settings, node, model_id):
         "api_key_file": state + "/container/keys/vllm_api_key",
         "door_dir": state + "/door",                     # the front door's configuration and key (root only; its container alone mounts it)
         "door_socket_dir": state + "/container/door",    # vLLM's socket, which the door alone reaches
+        "compile_cache_dir": state + "/container/cache",  # vLLM's compile caches, one folder each (plan/compile_cache.py)
         "ray_token_file": state + "/container/keys/ray_auth_token",  # every Ray node's (commands.RAY_TOKEN_FILE in its container)
         "baseline_file": state + "/run/baseline.json",
         "last_known_good_file": state + "/config/last-known-good.json",  # serve.yml's record of what last served

@@ -29,7 +29,8 @@ GCS_WAIT_SECONDS = 120  # how long vLLM's Ray driver waits for the head's GCS (s
 # What each kind of container mounts of the node's container/ folder (base.CONTAINER_FOLDERS), each at STATE_MOUNT/<name>,
 # read-only unless the folder is one containers write. The Ray head runs the launcher and writes vLLM's log and state;
 # a Ray worker needs only vLLM's config and Ray's token; an mp rank runs the launcher; the fetch writes its log.
-MOUNTS = {"ray-head": ("bin", "config", "keys", "logs", "run", "door"), "ray-worker": ("config", "keys"), "vllm": ("bin", "config", "keys", "door"),
+MOUNTS = {"ray-head": ("bin", "config", "keys", "logs", "run", "door", "cache"), "ray-worker": ("config", "keys", "cache"),
+          "vllm": ("bin", "config", "keys", "door", "cache"),
           "model-fetch": ("bin", "fetch", "logs")}
 # The launcher runs `vllm serve` with the arguments it is given, after checking the files vLLM would load against their
 # pins. vLLM has no key: it serves on a Unix socket only root reaches, behind the front door, which holds the key

@@ -25,6 +25,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import bench
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import changes
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import compile_cache
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import commands
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import door
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import env as environment
@@ -171,7 +172,11 @@ def plan_deployment(inputs, stage="full"):
         return commands.serve_argv(inputs, result["parallel"], flags, result["gpu_memory_utilization"], max_len, rank,
                                    str(inputs["nodes"][head]["fabric_ip"]))
 
+    cache = compile_cache.folder((inputs.get("image_info") or {}).get("id"), settings["image"], profile["model"]["id"],
+                                 result["model"]["revision"], argv_of(0), common)
+    common.update(compile_cache.environment(cache))  # every rank's, so every node compiles into its own copy of it
     cluster = cluster_section(inputs, result, use_roce, common, argv_of(0), environment.non_carry_over(node_env))
+    cluster["compile_cache"] = {"folder": cache, "mount": compile_cache.MOUNT}
     cluster["nccl_library"] = inputs["nccl_library"]
     result["nodes"] = {n: plan_node(inputs, n, rank, head, cluster, node_env[n], argv_of) for rank, n in enumerate(order)}
     changes.decide_changes(inputs, result["nodes"], cluster, head)

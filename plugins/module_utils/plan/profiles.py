@@ -122,6 +122,12 @@ def validate(profile, path):
                           ("memory", MEMORY_KEYS), ("container", CONTAINER_KEYS), ("canary", CANARY_KEYS), ("bench", BENCH_KEYS)):
         if isinstance(profile.get(section), dict):
             errors += _check(profile[section], keys, "%s: %s" % (path, section))
+    for index, figure in enumerate(((profile.get("bench") or {}).get("published") or []) if isinstance(profile.get("bench"), dict) else []):
+        wrong = [k for k in ("concurrency", "output_tokens_per_s") if not isinstance((figure or {}).get(k) if isinstance(figure, dict) else None, (int, float))]
+        wrong += [k for k in ("input_len", "output_len") if isinstance(figure, dict) and figure.get(k) is not None and not isinstance(figure[k], int)]
+        if wrong:
+            errors.append("%s: bench.published[%d] needs a number for %s ({concurrency, output_tokens_per_s, source}, and "
+                          "input_len and output_len where the write-up gives them)" % (path, index, ", ".join(wrong)))
     model = profile.get("model") or {}
     if isinstance(model, dict) and not model.get("id"):
         errors.append("%s: model.id is missing; set it to a Hugging Face repository (org/name) or a path under /models" % path)

@@ -114,6 +114,31 @@ def last_runs(recorded):
     return lines
 
 
+def against_published(rows, published):
+    """Each published figure beside the measured point at its concurrency (and its input and output lengths, where the
+    write-up gives them): [{published, measured (a row or None), ratio, says}]. A figure with no such point says what
+    this sweep measured instead, so a differing setup is never read as a regression or a win."""
+    compared = []
+    for figure in published or []:
+        lengths = {k: figure[k] for k in ("input_len", "output_len") if figure.get(k) is not None}
+        same = [r for r in rows if r.get("concurrency") == figure["concurrency"] and r.get("output_tokens_per_s") is not None
+                and all(r.get(k) == v for k, v in lengths.items())]
+        at = "c%s%s" % (figure["concurrency"], "".join(", %s %s" % (k.split("_")[0], v) for k, v in sorted(lengths.items())))
+        head = "%s: published %s output tokens/s (%s)" % (at, figure["output_tokens_per_s"], figure.get("source", ""))
+        if not same:
+            swept = sorted({(r.get("concurrency"), r.get("input_len"), r.get("output_len")) for r in rows}, key=str)
+            compared.append({"published": figure, "measured": None, "ratio": None, "says": head + "; not measured: this sweep "
+                             "ran %s (concurrency, in, out), so the two differ in setup and are not compared" % (
+                                 ", ".join("%s/%s/%s" % point for point in swept) or "no point")})
+            continue
+        best = max(same, key=lambda r: r["output_tokens_per_s"])
+        ratio = best["output_tokens_per_s"] / float(figure["output_tokens_per_s"]) if figure["output_tokens_per_s"] else None
+        compared.append({"published": figure, "measured": best, "ratio": ratio, "says": head + "; measured %s at %s in / %s out: %s" % (
+            best["output_tokens_per_s"], best.get("input_len"), best.get("output_len"),
+            "%.0f%% of it" % (100 * ratio) if ratio is not None else "no ratio")})
+    return compared
+
+
 def summary(rows, previous, meta, bound, published, share):
     """The Markdown summary: the deployment, the table, the bound, the published figures and the comparison with
     ``previous`` (the previous run's bench.json: its meta and rows)."""
@@ -130,8 +155,9 @@ def summary(rows, previous, meta, bound, published, share):
             "concurrency", "input_len", "output_len", "request_throughput", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms",
             "itl_p50_ms", "itl_p99_ms", "errors")))
     if published:
-        lines += ["", "Published figures of the profile's write-up:", ""]
-        lines += ["- c%s: %s output tokens/s (%s)" % (p["concurrency"], p["output_tokens_per_s"], p.get("source", "")) for p in published]
+        lines += ["", "Against the profile's write-up, point by point (its figure at the same concurrency, and lengths where it gives "
+                  "them):", ""]
+        lines += ["- " + c["says"] for c in against_published(rows, published)]
     lines.append("")
     if previous is None:
         lines.append("No previous run of this profile to compare with.")

@@ -2,6 +2,7 @@
 head's record written where it differs; only this cluster's kept tags are ever touched."""
 
 import json
+import os
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import kept_image
 
@@ -66,3 +67,23 @@ def test_an_image_another_container_uses_keeps_its_tag_and_other_failures_are_na
     broken = Docker([used], refuse={used: "Cannot connect to the Docker daemon"})
     done, problem = kept_image.keep(record("%s:lab-dddddddddddd" % KEPT), "img", "lab", broken)
     assert problem == "cannot remove %s: Cannot connect to the Docker daemon" % used
+
+
+def test_the_compile_caches_of_images_let_go_of_go_with_them_following_no_link(tmp_path):
+    # The folder a container writes: a cache per image and configuration, a link a container planted, a name not ours.
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep-me").write_text("root's")
+    for name in ("aaaaaaaaaaaa-111111111111", "bbbbbbbbbbbb-222222222222", "dddddddddddd-333333333333", "notes"):
+        (cache / name / "torch_compile_cache").mkdir(parents=True)
+    (cache / "aaaaaaaaaaaa-111111111111" / "escape").symlink_to(outside)
+    (cache / "cccccccccccc-444444444444").symlink_to(outside)
+    docker = Docker(["%s:lab-aaaaaaaaaaaa" % KEPT, "%s:lab-bbbbbbbbbbbb" % KEPT])
+    kept = dict(record("%s:lab-bbbbbbbbbbbb" % KEPT, "%s:lab-dddddddddddd" % KEPT), image_id="sha256:dddddddddddd" + "0" * 52)
+    done, problem = kept_image.keep(kept, "img", "lab", docker, check=True, cache_dir=str(cache))
+    assert problem is None and "removed the compile cache aaaaaaaaaaaa-111111111111" in done and len(os.listdir(cache)) == 5
+    done, problem = kept_image.keep(kept, "img", "lab", docker, cache_dir=str(cache))
+    assert [d for d in done if "compile cache" in d] == ["removed the compile cache aaaaaaaaaaaa-111111111111",
+                                                         "removed the compile cache cccccccccccc-444444444444"]
+    assert sorted(os.listdir(cache)) == ["bbbbbbbbbbbb-222222222222", "dddddddddddd-333333333333", "notes"]
+    assert (outside / "keep-me").read_text() == "root's"  # neither link was followed

@@ -156,3 +156,28 @@ def test_the_points_command_prints_only_its_result_and_hands_the_key_to_the_benc
     assert done.returncode == 0 and json.loads(done.stdout) == {"completed": 4} and done.stderr.strip() == "key=sk-bench"
     failed = subprocess.run(argv + ["sh", "-c", "echo refused >&2; exit 3"], capture_output=True, text=True, check=False)
     assert failed.returncode == 3 and failed.stdout == "" and "refused" in failed.stderr
+
+
+def test_each_published_figure_is_set_beside_the_point_of_its_concurrency_and_lengths_or_says_why_not():
+    result = json.loads(read_fixture("bench", "sim-tiny-c2-in64-out16.json"))
+    points = [{"concurrency": 2, "input_len": 64, "output_len": 16, "prompts": 4, "name": "c2-in64-out16"}]
+    made = bench_results.rows(points, [{"rc": 0, "stdout": json.dumps(result)}], DEPLOYMENT)
+    measured = made[0]["output_tokens_per_s"]
+    # seed 001's figures as its profile gives them: c1 at tg128, c4 and c8 aggregates; and one at this sweep's point
+    published = profiles.load(profiles.find("minimax_m27_mxfp4", [os.path.join(ROOT, "profiles")]))["bench"]["published"]
+    assert published[0]["output_len"] == 128
+    same = {"concurrency": 2, "output_len": 16, "output_tokens_per_s": measured * 2, "source": "a write-up"}
+    compared = bench_results.against_published(made, published + [same])
+    assert [c["ratio"] for c in compared] == [None, None, None, 0.5]
+    assert compared[0]["says"].startswith("c1, output 128: published 12.4 output tokens/s (seed 001, line 76")
+    assert "not measured: this sweep ran 2/64/16 (concurrency, in, out)" in compared[0]["says"]
+    assert compared[3]["says"].endswith("measured %s at 64 in / 16 out: 50%% of it" % measured)
+    text = bench_results.summary(made, None, {"profile": "minimax_m27_mxfp4", "nodes": ["a", "b"]}, None, published + [same], 0.1)
+    assert all(c["says"] in text for c in compared) and "point by point" in text
+
+
+def test_a_published_figure_without_its_numbers_is_refused_with_the_profile():
+    profile = profiles.load(profiles.find("minimax_m27_mxfp4", [os.path.join(ROOT, "profiles")]))
+    profile["bench"]["published"].append({"concurrency": "c8", "output_tokens_per_s": 65, "output_len": "128"})
+    errors = profiles.validate(profile, "minimax_m27_mxfp4.yml")
+    assert any("bench.published[3] needs a number for concurrency, output_len" in e for e in errors), errors

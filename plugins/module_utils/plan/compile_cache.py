@@ -1,0 +1,63 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) dgx_spark.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vLLM's compile cache, kept on each node so that a recreated container starts warm.
+
+Seed 001: "Startup takes approximately 4 minutes on a warm compile cache (first run ~25 minutes for torch.compile)".
+vLLM keeps its compiled graphs under ``VLLM_CACHE_ROOT`` (``torch_compile_cache/<vLLM's own hash>``, with inductor's and
+triton's caches beside them), by default in the container's own filesystem: every config change, GID-drift repair,
+upgrade and rollback recreated the containers and compiled cold again. Here each node keeps the caches in
+``<state>/container/cache`` (mounted read-write at ``/dgx-spark/cache``), one folder per image and compile-relevant
+configuration (``<image ID, 12>-<digest, 12>``); ``VLLM_CACHE_ROOT`` and ``TORCHINDUCTOR_CACHE_DIR`` name it in every
+rank's container. What goes into the digest: the model and its revision, the parallel sizes, the flags that change
+what is compiled (dtype, quantization, KV cache dtype, compilation, eager, backends, speculative decoding) and the
+``VLLM_*`` variables (kernel choices such as ``VLLM_NVFP4_GEMM_BACKEND``). vLLM hashes the rest itself inside the
+folder, so ``--max-model-len`` or ``--gpu-memory-utilization`` share it and recreate nothing.
+
+The folder is the containers' to write, as their logs are: root never runs or loads anything from it, and removes
+it only by a walk that follows no link (node/kept_image.py: caches go with their image when the kept images are let
+go of).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import digest, STATE_MOUNT
+
+MOUNT = STATE_MOUNT + "/cache"
+FOLDER = "cache"   # under <state>/container (base.CONTAINER_FOLDERS)
+# The flags that change what vLLM compiles (or whether it does); the rest it hashes itself inside the folder.
+COMPILE_FLAGS = ("--dtype", "--quantization", "--kv-cache-dtype", "--enforce-eager", "--compilation-config", "-O", "-cc",
+                 "--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size", "--enable-expert-parallel",
+                 "--moe-backend", "--attention-backend", "--mamba-ssm-cache-dtype", "--max-cudagraph-capture-size",
+                 "--cuda-graph-sizes", "--async-scheduling", "--speculative-config", "--trust-remote-code", "--hf-overrides")
+PER_NODE = ("VLLM_HOST_IP", "VLLM_CACHE_ROOT")
+
+
+def _image_part(image_id, image):
+    return (image_id or "").split(":")[-1][:12] or digest(image, 12)
+
+
+def folder(image_id, image, model, revision, argv, env):
+    """The cache folder's name for this deployment on this image: ``<image ID, 12>-<digest of what is compiled, 12>``."""
+    flags = {}
+    for index, arg in enumerate(argv):
+        name = arg.split("=", 1)[0]
+        if name in COMPILE_FLAGS:
+            value = arg.split("=", 1)[1] if "=" in arg else (
+                argv[index + 1] if index + 1 < len(argv) and not argv[index + 1].startswith("-") else True)
+            flags[name] = value
+    variables = {k: v for k, v in (env or {}).items() if k.startswith("VLLM_") and k not in PER_NODE}
+    return "%s-%s" % (_image_part(image_id, image), digest({"model": model, "revision": revision, "flags": flags, "env": variables}, 12))
+
+
+def environment(name):
+    """What names the folder in every rank's container (vLLM puts inductor's and triton's caches beside its own; the CPU
+    build's inductor reads TORCHINDUCTOR_CACHE_DIR)."""
+    return {"VLLM_CACHE_ROOT": "%s/%s" % (MOUNT, name), "TORCHINDUCTOR_CACHE_DIR": "%s/%s/inductor" % (MOUNT, name)}
+
+
+def stale(names, kept_image_parts):
+    """The cache folders to remove: those of an image no kept tag or serving image names (``kept_image_parts``: the
+    12-character image IDs). A name not of this form is not ours to judge and stays."""
+    keep = set(kept_image_parts)
+    return sorted(n for n in names if len(n) == 25 and n[12] == "-" and n[:12] not in keep)
