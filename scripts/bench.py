@@ -11,6 +11,8 @@
                 (target <= 6 s); then two deployments on the same two nodes (inventories/sim-models, monitoring off
                 like the single cluster): their no-change run against the single one's (target <= 1.5x), and the
                 same with Prometheus on
+  compile       vLLM's start with a cold and with a warm compile cache (sim_tiny compiled, its --enforce-eager taken out):
+                serve.yml after a teardown, its containers recreated each time, and vLLM's own engine start
   plan8         probe and plan for 8 simulated nodes (target <= 15 s)
   model         a 4 GiB model (2 shards) through the model role: fetch on the head from the simulated hub, copy
                 head -> worker against a raw tar stream between the same nodes (target >= 0.9x), a no-change run
@@ -19,7 +21,7 @@
 
 Times are medians of --runs N runs (default 1; the closing figures use 3), each run's figure printed too.
 
-Usage: scripts/bench.py [probes] [planner] [sim] [orchestration] [plan8] [model] [distribution] [--cold] [--runs N]
+Usage: scripts/bench.py [probes] [planner] [sim] [orchestration] [compile] [plan8] [model] [distribution] [--cold] [--runs N]
 """
 
 import calendar
@@ -375,6 +377,36 @@ def bench_orchestration():
     timed(["ansible-playbook", "playbooks/sim.yml"])  # the nodes as inventories/sim knows them again (its SSH keys)
 
 
+def engine_start_seconds():
+    """vLLM's own figure for its last engine start, from the head's log: 'init engine (...) took N s'."""
+    with open(os.path.join(SIM_ROOT, "nodes", "sim-head", "var", "dgx-spark", "container", "logs", "vllm.log"), encoding="utf-8") as handle:
+        found = re.findall(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s", handle.read())
+    return float(found[-1]) if found else None
+
+
+def bench_compile():
+    """A recreated container's start with the node's compile cache empty, then with it kept (module_utils/plan/
+    compile_cache.py). The CPU build compiles sim_tiny with inductor once --enforce-eager is out; vLLM 0.32's CPU build
+    cannot load its own AOT artifact back, so the classic path (VLLM_USE_AOT_COMPILE=0), whose inductor cache a warm
+    start reads."""
+    print("Compile cache on the 2-node simulated cluster (sim_tiny compiled; each start recreates the containers):")
+    compiled = ["-e", json.dumps({"vllm_extra_flags": {"--enforce-eager": None}, "vllm_extra_env": {"VLLM_USE_AOT_COMPILE": "0"}})]
+    timed(["ansible-playbook", "playbooks/sim.yml"])
+    figures = {}
+    for label in ("cold", "warm"):
+        timed(["ansible-playbook", "playbooks/teardown.yml"])
+        if label == "cold":
+            for node in ("sim-head", "sim-worker1"):
+                subprocess.run(["docker", "exec", node, "sh", "-c", "rm -rf /var/lib/dgx-spark-vllm/dgx-spark/container/cache/*"], check=True)
+        seconds, dummy = timed(["ansible-playbook", "playbooks/serve.yml"] + compiled)
+        figures[label] = (seconds, engine_start_seconds())
+    for label, (seconds, engine) in figures.items():
+        line("%s cache: serve.yml to a verified endpoint; vLLM's engine start %s s" % (label, engine), "%.1f" % seconds, "s")
+    if figures["cold"][1] and figures["warm"][1]:
+        line("warm engine start / cold", "%.2f" % (figures["warm"][1] / figures["cold"][1]), "x")
+    timed(["ansible-playbook", "playbooks/teardown.yml"])
+
+
 def no_change(argv):
     """The median of RUNS no-change runs of ``argv``: (seconds, the last run's task profile, changed, written)."""
     agains, changed, written = [], 0, []
@@ -576,7 +608,7 @@ def main(argv):
     if "--runs" in argv:
         RUNS = int(argv[argv.index("--runs") + 1])
         argv = argv[:argv.index("--runs")] + argv[argv.index("--runs") + 2:]
-    everything = ["probes", "planner", "sim", "orchestration", "plan8", "model", "distribution"]
+    everything = ["probes", "planner", "sim", "orchestration", "compile", "plan8", "model", "distribution"]
     wanted = [a for a in argv if not a.startswith("--")] or everything
     if "sim" in wanted:
         bench_sim("--cold" in argv)
@@ -588,6 +620,8 @@ def main(argv):
         bench_planner()
     if "orchestration" in wanted:
         bench_orchestration()
+    if "compile" in wanted:
+        bench_compile()
     if "plan8" in wanted:
         bench_plan8()
     if "model" in wanted:

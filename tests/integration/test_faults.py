@@ -306,6 +306,50 @@ def test_each_rank_loads_its_nodes_system_nccl_and_the_plan_names_both_builds(cl
     assert "same version in different builds" in out and "vllm_nccl_library: system does that" in out
 
 
+# sim_tiny compiled (its --enforce-eager taken out): the CPU build compiles with inductor. vLLM 0.32's CPU build cannot
+# load its own AOT artifact back ("'function' object has no attribute 'finalize_loading'", then it compiles again), so
+# the compiled runs take the classic path (VLLM_USE_AOT_COMPILE=0), whose inductor cache is what a warm start reads.
+COMPILED = {"vllm_extra_flags": {"--enforce-eager": None}, "vllm_extra_env": {"VLLM_USE_AOT_COMPILE": "0"}}
+
+
+def cache_files(node):
+    """Every file of the node's compile caches: {folder: count}."""
+    out = node_docker_exec(node, ["sh", "-c", "cd %s/container/cache && for d in *; do echo \"$d $(find \"$d\" -type f | wc -l)\"; done" % STATE])
+    return dict((line.split()[0], int(line.split()[1])) for line in out.splitlines() if line.strip())
+
+
+def init_seconds():
+    """vLLM's own figure for its last engine start: 'init engine (profile, create kv cache, warmup model) took N s'."""
+    text = node_docker_exec("sim-head", ["cat", STATE + "/container/logs/vllm.log"])
+    return float(re.findall(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s", text)[-1])
+
+
+@pytest.mark.extended  # three compiled launches (about 4 minutes)
+def test_a_recreated_rank_starts_from_its_nodes_compile_cache_and_a_compiled_setting_gets_a_new_one(client):
+    compiled = json.dumps(COMPILED)
+    for node in ("sim-head", "sim-worker1"):  # cold: no cache of this image and configuration on either node
+        node_docker_exec(node, ["sh", "-c", "rm -rf %s/container/cache/*" % STATE])
+    playbook("teardown", log="faults-teardown-cold", check=True)
+    playbook("serve", "-e", compiled, log="faults-serve-compile-cold", check=True)
+    cold, made = init_seconds(), {n: cache_files(n) for n in ("sim-head", "sim-worker1")}
+    assert all(len(folders) == 1 and sum(folders.values()) > 10 for folders in made.values()), made  # every rank compiled
+    # A recreated container (teardown, then serve: as an upgrade, a rollback or a drift repair recreates it) compiles
+    # nothing new: its node's folder is the same and holds the same files.
+    playbook("teardown", log="faults-teardown-warm", check=True)
+    playbook("serve", "-e", compiled, log="faults-serve-compile-warm", check=True)
+    warm = init_seconds()
+    assert {n: cache_files(n) for n in ("sim-head", "sim-worker1")} == made
+    assert chat() == 200
+    # A setting that changes what is compiled gets a folder of its own, and the first stays for the image it serves.
+    # (float32 answers differ from bfloat16's, which the canary refuses: the change is meant here.)
+    changed = dict(COMPILED, vllm_extra_flags={"--enforce-eager": None, "--dtype": "float32"}, vllm_canary_accept=True)
+    playbook("serve", "-e", json.dumps(changed), log="faults-serve-compile-dtype", check=True)
+    assert all(len(cache_files(n)) == 2 for n in ("sim-head", "sim-worker1"))
+    record("trap", "every recreated container compiling cold (seed 001: ~25 minutes cold, ~4 warm)",
+           "vLLM's compile cache is kept per node and configuration: engine start %.1f s cold, %.1f s warm" % (cold, warm))
+    playbook("serve", "-e", "vllm_canary_accept=true", log="faults-serve-eager-again", check=True)  # the profile's own answers again
+
+
 def test_a_flushed_firewall_is_named_refuses_every_start_and_the_next_serve_loads_it_alone(client):
     """nft flush ruleset on a serving head: Ray's ports answer this machine; status.yml names the node, its supervisor
     refuses to start anything (fail closed), and serve.yml loads the table again with no other change."""

@@ -8,24 +8,24 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import compile
 
 from helpers import ROOT, spark_inputs
 
-ARGV = ["vllm", "serve", "org/model", "--tensor-parallel-size", "2", "--max-model-len", "8192", "--gpu-memory-utilization", "0.8",
-        "--quantization", "fp4", "--kv-cache-dtype=fp8", "--enforce-eager"]
+ARGV = ("vllm", "serve", "org/model", "--tensor-parallel-size", "2", "--max-model-len", "8192", "--gpu-memory-utilization", "0.8",
+        "--quantization", "fp4", "--kv-cache-dtype=fp8", "--enforce-eager")
 IMAGE_ID = "sha256:" + "ab" * 32
 
 
-def name(argv=ARGV, env=None, image_id=IMAGE_ID, revision="r1"):
-    return compile_cache.folder(image_id, "img:1", "org/model", revision, argv, env or {"VLLM_HOST_IP": "10.0.0.1"})
+def name(argv=None, env=None, image_id=IMAGE_ID, revision="r1"):
+    return compile_cache.folder(image_id, "img:1", "org/model", revision, list(ARGV if argv is None else argv), env or {"VLLM_HOST_IP": "10.0.0.1"})
 
 
 def test_the_folder_is_the_image_and_what_is_compiled():
     first = name()
     assert first.startswith("abababababab-") and len(first) == 25 and name() == first
     # what vLLM hashes itself inside the folder, and what is each node's, share it
-    assert name(ARGV[:6] + ["1024"] + ARGV[7:]) == first and name(ARGV[:8] + ["0.5"] + ARGV[9:]) == first
+    assert name(list(ARGV)[:6] + ["1024"] + list(ARGV)[7:]) == first and name(list(ARGV)[:8] + ["0.5"] + list(ARGV)[9:]) == first
     assert name(env={"VLLM_HOST_IP": "10.0.0.2"}) == first
     # what changes the compiled graphs gets its own
-    others = {name(image_id="sha256:" + "cd" * 32), name(revision="r2"), name(ARGV[:-1]), name([a.replace("fp8", "auto") for a in ARGV]),
-              name(ARGV[:4] + ["4"] + ARGV[5:]), name(env={"VLLM_NVFP4_GEMM_BACKEND": "marlin"})}
+    others = {name(image_id="sha256:" + "cd" * 32), name(revision="r2"), name(list(ARGV)[:-1]), name([a.replace("fp8", "auto") for a in ARGV]),
+              name(list(ARGV)[:4] + ["4"] + list(ARGV)[5:]), name(env={"VLLM_NVFP4_GEMM_BACKEND": "marlin"})}
     assert first not in others and len(others) == 6
     assert compile_cache.environment(first) == {"VLLM_CACHE_ROOT": "/dgx-spark/cache/" + first,
                                                 "TORCHINDUCTOR_CACHE_DIR": "/dgx-spark/cache/%s/inductor" % first}
