@@ -43,6 +43,9 @@ def plan(settings, image_nccl, systems, order, findings):
                       % (_version(image_nccl), ", ".join(twins), short(image_nccl), short(systems[twins[0]])))
     if mode == "image":
         return section
+    if settings.get("offline"):  # nothing was read: the mount is planned when the nodes and the image are
+        section["lines"].append("not read (offline plan)")
+        return section
     missing = [n for n in order if not systems.get(n)]
     for name in missing:
         findings.error(name, None, "vllm_nccl_library is system, and %s has no system NCCL (looked for libnccl.so.2 in "

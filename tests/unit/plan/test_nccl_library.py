@@ -89,3 +89,16 @@ def test_a_system_library_of_another_version_than_the_images_is_warned(tmp_path)
     done = plan(tmp_path, "system", versions=("2.27.3", "2.27.3"))
     assert done["ok"], done["errors"]
     assert "in place of the image's 2.28.9" in messages(done["warnings"])
+
+
+def test_an_offline_plan_reads_no_library_and_refuses_nothing_for_it(tmp_path):
+    m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
+    m25["model"]["revision"] = "0123456789abcdef0123456789abcdef01234567"
+    inputs = spark_inputs(m25, tmp_path, settings={"nccl_library": "system", "offline": True})
+    for node in inputs["nodes"].values():  # as the inventory gives them: no probe facts
+        for fact in ("memory", "roce", "image", "addresses", "resolved"):
+            node.pop(fact, None)
+    inputs.pop("image_info")
+    done = deployment.plan_deployment(inputs)
+    assert not [e for e in done["errors"] if "NCCL" in e["message"]], done["errors"]
+    assert done["cluster"]["nccl_library"]["lines"][-1] == "not read (offline plan)"
