@@ -30,7 +30,8 @@ def _listed(folder):
 
 def _remove(path):
     """Remove what a container wrote, following no link: a link is unlinked, a folder walked (shutil.rmtree neither
-    follows a link inside it nor accepts one as its top)."""
+    follows a link inside it nor accepts one as its top, and is safe from a link swapped in during the walk where the
+    platform allows, ``rmtree.avoids_symlink_attacks``: Linux)."""
     if os.path.islink(path) or not os.path.isdir(path):
         os.unlink(path)
     else:
@@ -58,17 +59,19 @@ def keep(record, image, cluster, run, check=False, record_files=None, cache_dir=
             done.append("let go of " + old)
         elif "conflict" not in (err + out):
             return done, "cannot remove %s: %s" % (old, (err or out).strip())
-    if cache_dir:
-        # the images the record keeps (each kept tag ends in its image's ID) and the one it serves
-        kept = [t.rsplit("-", 1)[-1] for t in record.get("kept_images") or []] + [(record.get("image_id") or "").split(":")[-1][:12]]
-        for name in compile_cache.stale(_listed(cache_dir), kept):
-            done.append("removed the compile cache " + name)
-            if not check:
-                _remove(os.path.join(cache_dir, name))
     for path, data in sorted((record_files or {}).items()):
         text = json_text(data)
         if read_text(path) != text:
             done.append("wrote " + path)
             if not check:
                 supervisor.write_text(path, text, 0o600)  # root's: a record may name extra_env values
+    # Last, once the record is written: what the containers wrote may resist (a folder still written to), and is said,
+    # never a failure of the commit.
+    for name in compile_cache.stale(_listed(cache_dir), record) if cache_dir else []:
+        try:
+            if not check:
+                _remove(os.path.join(cache_dir, name))
+            done.append("removed the compile cache " + name)
+        except OSError as exc:
+            done.append("could not remove the compile cache %s: %s" % (name, exc.strerror or exc))
     return done, None

@@ -21,6 +21,8 @@ go of).
 
 from __future__ import annotations
 
+import re
+
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import digest, STATE_MOUNT
 
 MOUNT = STATE_MOUNT + "/cache"
@@ -30,15 +32,16 @@ COMPILE_FLAGS = ("--dtype", "--quantization", "--kv-cache-dtype", "--enforce-eag
                  "--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size", "--enable-expert-parallel",
                  "--moe-backend", "--attention-backend", "--mamba-ssm-cache-dtype", "--max-cudagraph-capture-size",
                  "--cuda-graph-sizes", "--async-scheduling", "--speculative-config", "--trust-remote-code", "--hf-overrides")
-PER_NODE = ("VLLM_HOST_IP", "VLLM_CACHE_ROOT")
-
-
-def _image_part(image_id, image):
-    return (image_id or "").split(":")[-1][:12] or digest(image, 12)
+# VLLM_* variables that change nothing compiled: each node's own, the cache's, the NCCL library's, logging, timeouts.
+NOT_COMPILED = re.compile(r"^VLLM_(HOST_IP|CACHE_ROOT|NCCL_SO_PATH|LOGGING_.*|LOG_.*|.*TIMEOUT.*|CONFIGURE_LOGGING|NO_USAGE_STATS|DO_NOT_TRACK)$")
 
 
 def folder(image_id, image, model, revision, argv, env):
-    """The cache folder's name for this deployment on this image: ``<image ID, 12>-<digest of what is compiled, 12>``."""
+    """The cache folder's name for this deployment on this image: ``<image ID, 12>-<digest of what is compiled, 12>``;
+    None while the image's ID is unknown (an image the head builds first): the caches stay in the containers then, as
+    a folder named without it could be neither kept nor let go of with its image."""
+    if not image_id:
+        return None
     flags = {}
     for index, arg in enumerate(argv):
         name = arg.split("=", 1)[0]
@@ -46,18 +49,29 @@ def folder(image_id, image, model, revision, argv, env):
             value = arg.split("=", 1)[1] if "=" in arg else (
                 argv[index + 1] if index + 1 < len(argv) and not argv[index + 1].startswith("-") else True)
             flags[name] = value
-    variables = {k: v for k, v in (env or {}).items() if k.startswith("VLLM_") and k not in PER_NODE}
-    return "%s-%s" % (_image_part(image_id, image), digest({"model": model, "revision": revision, "flags": flags, "env": variables}, 12))
+    variables = {k: v for k, v in (env or {}).items() if k.startswith("VLLM_") and not NOT_COMPILED.match(k)}
+    return "%s-%s" % (image_id.split(":")[-1][:12], digest({"model": model, "revision": revision, "flags": flags, "env": variables}, 12))
 
 
 def environment(name):
     """What names the folder in every rank's container (vLLM puts inductor's and triton's caches beside its own; the CPU
-    build's inductor reads TORCHINDUCTOR_CACHE_DIR)."""
+    build's inductor reads TORCHINDUCTOR_CACHE_DIR); nothing without a folder."""
+    if not name:
+        return {}
     return {"VLLM_CACHE_ROOT": "%s/%s" % (MOUNT, name), "TORCHINDUCTOR_CACHE_DIR": "%s/%s/inductor" % (MOUNT, name)}
 
 
-def stale(names, kept_image_parts):
-    """The cache folders to remove: those of an image no kept tag or serving image names (``kept_image_parts``: the
-    12-character image IDs). A name not of this form is not ours to judge and stays."""
-    keep = set(kept_image_parts)
+def kept_images(record):
+    """The 12-character IDs of the images a last-known-good record keeps: each kept tag ends in one
+    (records.kept_tag), and the image it serves."""
+    parts = [t.rsplit("-", 1)[-1] for t in record.get("kept_images") or []] + [(record.get("image_id") or "").split(":")[-1][:12]]
+    return [p for p in parts if len(p) == 12]
+
+
+def stale(names, record):
+    """The cache folders to remove: those of an image the record keeps no longer. Nothing while the record names no
+    image (no ID known); a name not of this form is not ours to judge and stays."""
+    keep = set(kept_images(record))
+    if not keep:
+        return []
     return sorted(n for n in names if len(n) == 25 and n[12] == "-" and n[:12] not in keep)

@@ -176,7 +176,7 @@ def plan_deployment(inputs, stage="full"):
                                  result["model"]["revision"], argv_of(0), common)
     common.update(compile_cache.environment(cache))  # every rank's, so every node compiles into its own copy of it
     cluster = cluster_section(inputs, result, use_roce, common, argv_of(0), environment.non_carry_over(node_env))
-    cluster["compile_cache"] = {"folder": cache, "mount": compile_cache.MOUNT}
+    cluster["compile_cache"] = {"folder": cache, "mount": compile_cache.MOUNT if cache else None}
     cluster["nccl_library"] = inputs["nccl_library"]
     result["nodes"] = {n: plan_node(inputs, n, rank, head, cluster, node_env[n], argv_of) for rank, n in enumerate(order)}
     changes.decide_changes(inputs, result["nodes"], cluster, head)
@@ -279,6 +279,8 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     # The image by its ID where known: another name of the same image (the tag an upgrade's rollback plans by) is the
     # same deployment, and a tag moved to another image is not.
     hashed = {"cluster": cluster["hash"], "containers": [dict(spec, image=cluster["image_id"] or spec["image"])]}
+    if (inputs.get("nccl_library") or {}).get("builds", {}).get(name):  # a new system NCCL build is loaded by new containers
+        hashed["system_nccl"] = inputs["nccl_library"]["builds"][name]
     if backend == "ray" and inputs.get("ray_token_digest"):  # each node's Ray reads the token when its container starts
         hashed["ray_token"] = inputs["ray_token_digest"]
     node_hash = digest(hashed)

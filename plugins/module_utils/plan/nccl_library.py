@@ -29,7 +29,7 @@ def plan(settings, image_nccl, systems, order, findings):
     """The ``cluster.nccl_library`` section: the mode, the image's library, each node's system library, and for
     ``system`` the mount (per node) and the variable every rank gets. ``systems``: node -> probe/nccl_lib.system()."""
     mode = settings.get("nccl_library") or "image"
-    section = {"mode": mode, "image": image_nccl, "system": {n: systems.get(n) for n in order}, "volumes": {}, "env": {},
+    section = {"mode": mode, "image": image_nccl, "system": {n: systems.get(n) for n in order}, "volumes": {}, "env": {}, "builds": {},
                "lines": ["the image's: %s%s" % (short(image_nccl), "" if not image_nccl else " (%s)" % image_nccl["path"])]
                + ["%s's system: %s" % (n, short(systems.get(n))) for n in order]}
     if mode not in MODES:  # refused with the inventory (plan/inventory.py)
@@ -53,8 +53,16 @@ def plan(settings, image_nccl, systems, order, findings):
                        "vllm_nccl_library: image" % name)
     if not image_nccl:
         findings.error("all", settings.get("image"), "vllm_nccl_library is system, and the image carries no NCCL of its own for "
-                       "the system's to replace (no libnccl.so.2 loaded by its torch, no nvidia-nccl wheel): set vllm_nccl_library: image")
+                       "the system's to replace (no libnccl.so.2 loaded by its torch, no nvidia-nccl wheel), or was not read "
+                       "(an image the head builds first: run serve.yml once with vllm_nccl_library: image, then switch): set "
+                       "vllm_nccl_library: image")
     if missing or not image_nccl:
+        return section
+    unknown = [n for n in order if not _version(systems[n])]
+    if unknown or not _version(image_nccl):
+        findings.error(unknown[0] if unknown else "all", (systems[unknown[0]] if unknown else image_nccl)["file"],
+                       "vllm_nccl_library is system, and the NCCL version of this library cannot be read (no version in its "
+                       "name, no NCCL banner in it): it may be no NCCL at all. Check the file, or set vllm_nccl_library: image")
         return section
     versions = sorted({_version(systems[n]) for n in order}, key=str)
     if len(versions) > 1:
@@ -66,8 +74,15 @@ def plan(settings, image_nccl, systems, order, findings):
         findings.warn("vllm_nccl_library is system: the ranks load the system's NCCL %s in place of the image's %s, which its "
                       "torch was built with; NCCL keeps its API across a major version, but run the bench before you rely "
                       "on it" % (versions[0], _version(image_nccl)))
+    builds = sorted({systems[n].get("build_id") for n in order}, key=str)
+    if len(builds) > 1:  # the very trap this choice is for, between nodes
+        findings.warn("vllm_nccl_library is system, and the nodes' system NCCL %s are different builds (%s): install the same "
+                      "libnccl2 package on every node" % (versions[0], "; ".join("%s %s" % (n, short(systems[n])) for n in order)))
     target = image_nccl["file"]
-    section["volumes"] = {n: "%s:%s:ro" % (systems[n]["file"], target) for n in order}
+    # The link the package keeps (libnccl.so.2), which Docker resolves at each container start: an upgraded package's
+    # new file is mounted, and its build ID (in the node's hash, plan_node) recreates the containers to load it.
+    section["volumes"] = {n: "%s:%s:ro" % (systems[n]["path"], target) for n in order}
+    section["builds"] = {n: systems[n].get("build_id") for n in order}
     section["env"] = {SO_PATH_ENV: target}
     return section
 

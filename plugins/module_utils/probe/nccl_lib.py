@@ -22,37 +22,54 @@ import glob
 
 SOURCE = r'''
 def nccl_identity(path):
-    """{path, file, version, build, build_id} of the NCCL library at path; raises OSError when it cannot be read."""
-    import mmap, os, re, struct
+    """{path, file, version, build, build_id} of the NCCL library at path; raises OSError or ValueError when it is
+    no regular file or cannot be read. Bounded: every offset is checked against the file, and at most 64 notes read."""
+    import mmap, os, re, stat, struct
     real = os.path.realpath(path)
     found = {"path": path, "file": real, "version": None, "build": None, "build_id": None}
-    with open(real, "rb") as handle:
-        data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or os.fstat(fd).st_size < 64:
+            raise ValueError("%s is no library (not a regular file of an ELF's size)" % real)
+        data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    try:
+        size = len(data)
         if data[:4] == b"\x7fELF" and data[4] == 2:  # 64-bit ELF: the program headers' PT_NOTE segments
             end = "<" if data[5] == 1 else ">"
             phoff, = struct.unpack_from(end + "Q", data, 0x20)
             phentsize, phnum = struct.unpack_from(end + "HH", data, 0x36)
-            for index in range(phnum):
-                p_type, = struct.unpack_from(end + "I", data, phoff + index * phentsize)
-                if p_type != 4:
-                    continue
-                offset, = struct.unpack_from(end + "Q", data, phoff + index * phentsize + 8)
-                size, = struct.unpack_from(end + "Q", data, phoff + index * phentsize + 32)
-                at = offset
-                while at + 12 <= offset + size:
+            notes = 0
+            for index in range(min(phnum, 256)) if phentsize >= 56 else ():
+                header = phoff + index * phentsize
+                if header + 56 > size:
+                    break
+                p_type, = struct.unpack_from(end + "I", data, header)
+                offset, = struct.unpack_from(end + "Q", data, header + 8)
+                length, = struct.unpack_from(end + "Q", data, header + 32)
+                align, = struct.unpack_from(end + "Q", data, header + 48)
+                pad = 8 if align == 8 else 4
+                at, stop = offset, min(offset + length, size)
+                while p_type == 4 and at + 12 <= stop and notes < 64:
+                    notes += 1
                     namesz, descsz, n_type = struct.unpack_from(end + "III", data, at)
-                    name = data[at + 12:at + 12 + namesz]
-                    desc_at = at + 12 + ((namesz + 3) & ~3)
-                    if n_type == 3 and name.rstrip(b"\0") == b"GNU":
+                    desc_at = at + 12 + ((namesz + pad - 1) & ~(pad - 1))
+                    if desc_at + descsz > stop:
+                        break
+                    if n_type == 3 and data[at + 12:at + 12 + namesz].rstrip(b"\0") == b"GNU":
                         found["build_id"] = data[desc_at:desc_at + descsz].hex()
-                    at = desc_at + ((descsz + 3) & ~3)
-        banner = re.search(rb"NCCL version (\d+\.\d+\.\d+)([\w.+-]*)", data)
+                    at = desc_at + ((descsz + pad - 1) & ~(pad - 1))
+        # A package names its file by version (libnccl.so.2.28.9): read no further. The pip wheel's does not: NCCL's
+        # banner, once per image (its read is cached by the image's ID).
         named = re.search(r"\.so\.(\d+\.\d+\.\d+)$", real)
+        banner = None if named else re.search(rb"NCCL version (\d+\.\d+\.\d+)([\w.+-]*)", data)
         if banner:
             found["version"], found["build"] = banner.group(1).decode(), banner.group(2).decode() or None
         elif named:
             found["version"] = named.group(1)
+    except (struct.error, IndexError) as exc:
+        raise ValueError("%s: not a readable ELF library (%s)" % (real, exc))
     finally:
         data.close()
     return found

@@ -74,8 +74,9 @@ def system_libraries(p, container_pid):
     shutil.rmtree(os.path.join(p["run"], "libs"), ignore_errors=True)
     os.makedirs(upper)
     os.makedirs(work)
-    return "mount -t overlay overlay -o lowerdir=%s,upperdir=%s,workdir=%s %s && cp -a %s %s/ &&" % (
-        folder, upper, work, folder, " ".join(shlex.quote(f) for f in found), folder)
+    return "mount -t overlay overlay -o %s %s && cp -a %s %s/ &&" % (
+        shlex.quote("lowerdir=%s,upperdir=%s,workdir=%s" % (folder, upper, work)), shlex.quote(folder),
+        " ".join(shlex.quote(f) for f in found), shlex.quote(folder))
 
 
 def running_pid(p):

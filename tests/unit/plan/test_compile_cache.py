@@ -33,7 +33,15 @@ def test_the_folder_is_the_image_and_what_is_compiled():
 
 def test_stale_folders_are_those_of_images_no_longer_kept_and_only_names_of_ours():
     names = ["aaaaaaaaaaaa-111111111111", "bbbbbbbbbbbb-222222222222", "notes", "aaaaaaaaaaaa"]
-    assert compile_cache.stale(names, ["bbbbbbbbbbbb"]) == ["aaaaaaaaaaaa-111111111111"]
+    assert compile_cache.stale(names, {"kept_images": ["kept:lab-bbbbbbbbbbbb"]}) == ["aaaaaaaaaaaa-111111111111"]
+    assert compile_cache.stale(names, {"image_id": "sha256:aaaaaaaaaaaa" + "0" * 52, "kept_images": []}) == ["bbbbbbbbbbbb-222222222222"]
+    # a record naming no image (its ID unknown) lets nothing go, and the plan names no folder then
+    assert compile_cache.stale(names, {"image_id": None, "kept_images": []}) == []
+    assert name(image_id=None) is None and compile_cache.environment(None) == {}
+
+
+def test_variables_that_change_nothing_compiled_share_the_folder():
+    assert name(env={"VLLM_NCCL_SO_PATH": "/x", "VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_RPC_TIMEOUT": "9"}) == name()
 
 
 def test_every_rank_writes_its_nodes_cache_and_a_new_context_length_recreates_no_container(tmp_path):

@@ -102,3 +102,23 @@ def test_an_offline_plan_reads_no_library_and_refuses_nothing_for_it(tmp_path):
     done = deployment.plan_deployment(inputs)
     assert not [e for e in done["errors"] if "NCCL" in e["message"]], done["errors"]
     assert done["cluster"]["nccl_library"]["lines"][-1] == "not read (offline plan)"
+
+
+def test_system_warns_of_nodes_with_different_builds_and_a_new_build_recreates_that_nodes_containers(tmp_path):
+    same = plan(tmp_path, "system")
+    done = plan(tmp_path, "system", systems=("DGX OS libnccl2", "DGX OS libnccl2 rebuilt"))
+    assert done["ok"], done["errors"]
+    assert "the nodes' system NCCL 2.28.9 are different builds" in messages(done["warnings"])
+    assert done["nodes"]["spark1"]["config_hash"] == same["nodes"]["spark1"]["config_hash"]
+    assert done["nodes"]["spark2"]["config_hash"] != same["nodes"]["spark2"]["config_hash"]
+
+
+def test_a_library_whose_version_cannot_be_read_is_refused_under_system(tmp_path):
+    m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
+    m25["model"]["revision"] = "0123456789abcdef0123456789abcdef01234567"
+    inputs = spark_inputs(m25, tmp_path, settings={"nccl_library": "system"})
+    inputs["image_info"] = dict(inputs["image_info"], nccl=dict(identity(tmp_path, "pip wheel", WHEEL), loaded=True))
+    for node in inputs["nodes"].values():
+        node["system_nccl"] = dict(identity(tmp_path, "DGX OS libnccl2", SYSTEM), version=None)
+    done = deployment.plan_deployment(inputs)
+    assert [e for e in done["errors"] if "cannot be read" in e["message"] and e["host"] == "spark1" and e["value"] == SYSTEM]

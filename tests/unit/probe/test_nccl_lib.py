@@ -68,3 +68,18 @@ def test_the_image_script_carries_the_reader_and_reports_the_wheel_library(tmp_p
     found = json.loads(done.stdout.strip().splitlines()[-1])["nccl"]
     assert found["file"] == str(package / "libnccl.so.2") and found["version"] == "2.28.9" and found["loaded"] is False
     assert found["build_id"] == readelf_build_id(found["file"])
+
+
+def test_what_is_no_library_is_refused_at_once_never_read_or_waited_on(tmp_path):
+    good = build(tmp_path, "good.so", "pip wheel nvidia-nccl-cu13")
+    data = open(good, "rb").read()
+    (tmp_path / "cut.so").write_bytes(data[:100])  # the headers point past its end
+    os.mkfifo(str(tmp_path / "fifo.so"))  # opening a FIFO for reading would wait for a writer
+    (tmp_path / "tiny.so").write_bytes(b"\x7fELF\x02")
+    for name in ("cut.so", "fifo.so", "tiny.so"):
+        try:
+            found = nccl_lib.nccl_identity(str(tmp_path / name))
+        except ValueError as exc:
+            assert name in str(exc) or "no library" in str(exc)
+        else:
+            assert name == "cut.so" and found["build_id"] is None  # its notes lie beyond the 100 bytes kept
