@@ -81,8 +81,8 @@ BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_c
 STATE_FOLDERS = (("config", "0755"), ("logs", "0755"), ("run", "0755"), ("secrets", "0700"), ("container", "0755"), ("door", "0700"))
 # The container-visible folders: (name, mode, whether a container may write it). A container reads the launcher,
 # vLLM's config, its keys and the fetch's token, and writes only vLLM's log and state (and bench's results) there, and
-# vLLM's socket (door, root's only: the front door reaches vLLM through it, module_utils/plan/door.py) and vLLM's
-# compile cache (cache, module_utils/plan/compile_cache.py): root never runs,
+# vLLM's socket (door, root's only: the front door reaches vLLM through it, module_utils/plan/door.py) and, in cache, one
+# folder of vLLM's compile caches each rank mounts alone (module_utils/plan/compile_cache.py): root never runs,
 # loads or writes through what is in a writable one (node/command.py read_small).
 CONTAINER_FOLDERS = (("bin", "0755", False), ("config", "0755", False), ("keys", "0700", False), ("fetch", "0700", False),
                      ("logs", "0755", True), ("run", "0755", True), ("door", "0700", True), ("cache", "0755", True))

@@ -11,6 +11,7 @@ import re
 import shlex
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code, door, firewall, flags as flag_utils, labels as container_labels, nccl_library
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import compile_cache
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, CONTAINER_FOLDERS, MODELS_MOUNT, node_paths, STATE_MOUNT
 
 OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for plasma otherwise
@@ -29,8 +30,7 @@ GCS_WAIT_SECONDS = 120  # how long vLLM's Ray driver waits for the head's GCS (s
 # What each kind of container mounts of the node's container/ folder (base.CONTAINER_FOLDERS), each at STATE_MOUNT/<name>,
 # read-only unless the folder is one containers write. The Ray head runs the launcher and writes vLLM's log and state;
 # a Ray worker needs only vLLM's config and Ray's token; an mp rank runs the launcher; the fetch writes its log.
-MOUNTS = {"ray-head": ("bin", "config", "keys", "logs", "run", "door", "cache"), "ray-worker": ("config", "keys", "cache"),
-          "vllm": ("bin", "config", "keys", "door", "cache"),
+MOUNTS = {"ray-head": ("bin", "config", "keys", "logs", "run", "door"), "ray-worker": ("config", "keys"), "vllm": ("bin", "config", "keys", "door"),
           "model-fetch": ("bin", "fetch", "logs")}
 # The launcher runs `vllm serve` with the arguments it is given, after checking the files vLLM would load against their
 # pins. vLLM has no key: it serves on a Unix socket only root reaches, behind the front door, which holds the key
@@ -225,6 +225,7 @@ def container_spec(inputs, name, role, env, paths, command, kind):
     volumes = state_volumes(paths, kind) + ["%s:%s:ro" % (paths["models_dir"], MODELS_MOUNT)]
     volumes += container.get("extra_volumes") or []
     volumes += nccl_library.volumes(inputs.get("nccl_library"), name)  # vllm_nccl_library: system
+    volumes += compile_cache.volumes(paths, inputs.get("compile_cache"))  # this configuration's compile cache alone
     return {
         "name": container_name(settings, role, name),
         "image": settings["image"],

@@ -7,12 +7,13 @@ Seed 001: "Startup takes approximately 4 minutes on a warm compile cache (first 
 vLLM keeps its compiled graphs under ``VLLM_CACHE_ROOT`` (``torch_compile_cache/<vLLM's own hash>``, with inductor's and
 triton's caches beside them), by default in the container's own filesystem: every config change, GID-drift repair,
 upgrade and rollback recreated the containers and compiled cold again. Here each node keeps the caches in
-``<state>/container/cache`` (mounted read-write at ``/dgx-spark/cache``), one folder per image and compile-relevant
-configuration (``<image ID, 12>-<digest, 12>``); ``VLLM_CACHE_ROOT`` and ``TORCHINDUCTOR_CACHE_DIR`` name it in every
-rank's container. What goes into the digest: the model and its revision, the parallel sizes, the flags that change
+``<state>/container/cache``, one folder per image and compile-relevant configuration (``<image ID, 12>-<digest, 12>``);
+a rank's container mounts its own folder alone, read-write at ``/dgx-spark/cache``, which ``VLLM_CACHE_ROOT`` and
+``TORCHINDUCTOR_CACHE_DIR`` name. What goes into the digest: the model and its revision, the parallel sizes, the flags that change
 what is compiled (dtype, quantization, KV cache dtype, compilation, eager, backends, speculative decoding) and the
 ``VLLM_*`` variables (kernel choices such as ``VLLM_NVFP4_GEMM_BACKEND``). vLLM hashes the rest itself inside the
-folder, so ``--max-model-len`` or ``--gpu-memory-utilization`` share it and recreate nothing.
+folder, so ``--max-model-len`` or ``--gpu-memory-utilization`` share it and recreate nothing; a change of what is
+compiled recreates the containers with the folder of the new configuration.
 
 The folder is the containers' to write, as their logs are: root never runs or loads anything from it, and removes
 it only by a walk that follows no link (node/kept_image.py: caches go with their image when the kept images are let
@@ -58,7 +59,14 @@ def environment(name):
     build's inductor reads TORCHINDUCTOR_CACHE_DIR); nothing without a folder."""
     if not name:
         return {}
-    return {"VLLM_CACHE_ROOT": "%s/%s" % (MOUNT, name), "TORCHINDUCTOR_CACHE_DIR": "%s/%s/inductor" % (MOUNT, name)}
+    return {"VLLM_CACHE_ROOT": MOUNT, "TORCHINDUCTOR_CACHE_DIR": MOUNT + "/inductor"}
+
+
+def volumes(paths, name):
+    """The one cache folder a rank's container mounts, read-write: its own image's and configuration's, never the
+    others' (a rank running the model's own code could otherwise plant what another configuration or a later image
+    loads). Docker makes it, root's, when the container is created; nothing without a folder."""
+    return ["%s/%s:%s" % (paths["compile_cache_dir"], name, MOUNT)] if name else []
 
 
 def kept_images(record):

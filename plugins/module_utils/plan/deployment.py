@@ -175,6 +175,7 @@ def plan_deployment(inputs, stage="full"):
     cache = compile_cache.folder((inputs.get("image_info") or {}).get("id"), settings["image"], profile["model"]["id"],
                                  result["model"]["revision"], argv_of(0), common)
     common.update(compile_cache.environment(cache))  # every rank's, so every node compiles into its own copy of it
+    inputs["compile_cache"] = cache
     cluster = cluster_section(inputs, result, use_roce, common, argv_of(0), environment.non_carry_over(node_env))
     cluster["compile_cache"] = {"folder": cache, "mount": compile_cache.MOUNT if cache else None}
     cluster["nccl_library"] = inputs["nccl_library"]

@@ -121,10 +121,10 @@ def test_no_container_mounts_the_state_folder_and_only_vllms_log_and_state_are_w
             source, target = volume.split(":")[:2]
             assert source.startswith(state + "/container/") and target == "/dgx-spark/" + source.rsplit("/", 1)[1], (kind, volume)
     writable = {kind: sorted(v.split(":")[1] for v in volumes if not v.endswith(":ro")) for kind, volumes in mounted.items()}
-    # vLLM's socket's folder (door) is written by the container that runs the endpoint's vLLM, and its compile cache by
-    # every rank's: root runs nothing there.
-    assert writable == {"ray-head": ["/dgx-spark/cache", "/dgx-spark/door", "/dgx-spark/logs", "/dgx-spark/run"],
-                        "ray-worker": ["/dgx-spark/cache"], "vllm": ["/dgx-spark/cache", "/dgx-spark/door"], "model-fetch": ["/dgx-spark/logs"]}
+    # vLLM's socket's folder (door) is written by the container that runs the endpoint's vLLM: root runs nothing there.
+    # (Each rank also writes its own compile cache folder, plan/compile_cache.py; tests/unit/plan/test_compile_cache.py.)
+    assert writable == {"ray-head": ["/dgx-spark/door", "/dgx-spark/logs", "/dgx-spark/run"], "ray-worker": [], "vllm": ["/dgx-spark/door"],
+                        "model-fetch": ["/dgx-spark/logs"]}
     assert not any("/keys" in v for v in mounted["model-fetch"])
     assert not any("/fetch" in v for k in ("ray-head", "ray-worker", "vllm") for v in mounted[k])
     fetch = commands.model_fetch_argv(inputs(), "spark1", paths, "org/m", None)

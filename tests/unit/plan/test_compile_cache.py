@@ -27,8 +27,7 @@ def test_the_folder_is_the_image_and_what_is_compiled():
     others = {name(image_id="sha256:" + "cd" * 32), name(revision="r2"), name(list(ARGV)[:-1]), name([a.replace("fp8", "auto") for a in ARGV]),
               name(list(ARGV)[:4] + ["4"] + list(ARGV)[5:]), name(env={"VLLM_NVFP4_GEMM_BACKEND": "marlin"})}
     assert first not in others and len(others) == 6
-    assert compile_cache.environment(first) == {"VLLM_CACHE_ROOT": "/dgx-spark/cache/" + first,
-                                                "TORCHINDUCTOR_CACHE_DIR": "/dgx-spark/cache/%s/inductor" % first}
+    assert compile_cache.environment(first) == {"VLLM_CACHE_ROOT": "/dgx-spark/cache", "TORCHINDUCTOR_CACHE_DIR": "/dgx-spark/cache/inductor"}
 
 
 def test_stale_folders_are_those_of_images_no_longer_kept_and_only_names_of_ours():
@@ -52,8 +51,10 @@ def test_every_rank_writes_its_nodes_cache_and_a_new_context_length_recreates_no
     folder = plan["cluster"]["compile_cache"]["folder"]
     for node in ("spark1", "spark2"):
         spec = plan["nodes"][node]["containers"][0]
-        assert spec["env"]["VLLM_CACHE_ROOT"] == "/dgx-spark/cache/" + folder
-        assert "/var/lib/dgx-spark-vllm/dgx-spark/container/cache:/dgx-spark/cache" in spec["volumes"]  # read-write
+        assert spec["env"]["VLLM_CACHE_ROOT"] == "/dgx-spark/cache"
+        # its own configuration's folder alone, read-write: never the cache folder whole
+        cached = [v for v in spec["volumes"] if "/container/cache" in v]
+        assert cached == ["/var/lib/dgx-spark-vllm/dgx-spark/container/cache/%s:/dgx-spark/cache" % folder]
     inputs = spark_inputs(m25, tmp_path)
     inputs["overrides"] = {"max_model_len": 4096}
     shorter = deployment.plan_deployment(inputs)
