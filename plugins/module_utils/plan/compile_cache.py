@@ -25,9 +25,9 @@ from __future__ import annotations
 import re
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import digest, STATE_MOUNT
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.records import short_id
 
 MOUNT = STATE_MOUNT + "/cache"
-FOLDER = "cache"   # under <state>/container (base.CONTAINER_FOLDERS)
 # The flags that change what vLLM compiles (or whether it does); the rest it hashes itself inside the folder.
 COMPILE_FLAGS = ("--dtype", "--quantization", "--kv-cache-dtype", "--enforce-eager", "--compilation-config", "-O", "-cc",
                  "--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size", "--enable-expert-parallel",
@@ -37,7 +37,7 @@ COMPILE_FLAGS = ("--dtype", "--quantization", "--kv-cache-dtype", "--enforce-eag
 NOT_COMPILED = re.compile(r"^VLLM_(HOST_IP|CACHE_ROOT|NCCL_SO_PATH|LOGGING_.*|LOG_.*|.*TIMEOUT.*|CONFIGURE_LOGGING|NO_USAGE_STATS|DO_NOT_TRACK)$")
 
 
-def folder(image_id, image, model, revision, argv, env):
+def folder(image_id, model, revision, argv, env):
     """The cache folder's name for this deployment on this image: ``<image ID, 12>-<digest of what is compiled, 12>``;
     None while the image's ID is unknown (an image the head builds first): the caches stay in the containers then, as
     a folder named without it could be neither kept nor let go of with its image."""
@@ -51,7 +51,7 @@ def folder(image_id, image, model, revision, argv, env):
                 argv[index + 1] if index + 1 < len(argv) and not argv[index + 1].startswith("-") else True)
             flags[name] = value
     variables = {k: v for k, v in (env or {}).items() if k.startswith("VLLM_") and not NOT_COMPILED.match(k)}
-    return "%s-%s" % (image_id.split(":")[-1][:12], digest({"model": model, "revision": revision, "flags": flags, "env": variables}, 12))
+    return "%s-%s" % (short_id(image_id), digest({"model": model, "revision": revision, "flags": flags, "env": variables}, 12))
 
 
 def environment(name):
@@ -72,7 +72,7 @@ def volumes(paths, name):
 def kept_images(record):
     """The 12-character IDs of the images a last-known-good record keeps: each kept tag ends in one
     (records.kept_tag), and the image it serves."""
-    parts = [t.rsplit("-", 1)[-1] for t in record.get("kept_images") or []] + [(record.get("image_id") or "").split(":")[-1][:12]]
+    parts = [t.rsplit("-", 1)[-1] for t in record.get("kept_images") or []] + [short_id(record.get("image_id"))]
     return [p for p in parts if len(p) == 12]
 
 

@@ -172,11 +172,12 @@ def plan_deployment(inputs, stage="full"):
         return commands.serve_argv(inputs, result["parallel"], flags, result["gpu_memory_utilization"], max_len, rank,
                                    str(inputs["nodes"][head]["fabric_ip"]))
 
-    cache = compile_cache.folder((inputs.get("image_info") or {}).get("id"), settings["image"], profile["model"]["id"],
-                                 result["model"]["revision"], argv_of(0), common)
+    head_argv = argv_of(0)
+    cache = compile_cache.folder((inputs.get("image_info") or {}).get("id"), profile["model"]["id"], result["model"]["revision"],
+                                 head_argv, common)
     common.update(compile_cache.environment(cache))  # every rank's, so every node compiles into its own copy of it
     inputs["compile_cache"] = cache
-    cluster = cluster_section(inputs, result, use_roce, common, argv_of(0), environment.non_carry_over(node_env))
+    cluster = cluster_section(inputs, result, use_roce, common, head_argv, environment.non_carry_over(node_env))
     cluster["compile_cache"] = {"folder": cache, "mount": compile_cache.MOUNT if cache else None}
     cluster["nccl_library"] = inputs["nccl_library"]
     result["nodes"] = {n: plan_node(inputs, n, rank, head, cluster, node_env[n], argv_of) for rank, n in enumerate(order)}

@@ -9,7 +9,7 @@ import ipaddress
 import posixpath
 import re
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import flags as flag_utils, ring as ring_links
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import flags as flag_utils, nccl_library, ring as ring_links
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import node_paths
 
 # A cluster name becomes part of container names, folders and the firewall table's name (docs/security.md).
@@ -74,7 +74,7 @@ def check_inventory(inputs, findings):
     if backend not in ("ray", "mp"):
         findings.error("all", backend, "vllm_backend must be ray or mp, got %r" % (backend,))
     settings = inputs["settings"]
-    if settings["nccl_library"] not in ("image", "system"):
+    if settings["nccl_library"] not in nccl_library.MODES:
         findings.error("all", settings["nccl_library"], "vllm_nccl_library must be image (the image's own NCCL) or system (each "
                        "node's libnccl2 mounted over it), got %r" % settings["nccl_library"])
     if settings["nccl_transport"] not in ("auto", "roce", "socket"):

@@ -46,11 +46,16 @@ def kept(plan, facts):
     return found
 
 
+def short_id(image_id):
+    """An image's ID as its kept tag and its compile caches name it: 12 hex digits, "" when unknown."""
+    return (image_id or "").split(":")[-1][:12]
+
+
 def kept_tag(cluster_name, image_id):
     """The tag that keeps a verified image on every node, or None before the image is known."""
     if not image_id:
         return None
-    return "%s:%s-%s" % (KEPT_REPOSITORY, cluster_name, image_id.split(":")[-1][:12])
+    return "%s:%s-%s" % (KEPT_REPOSITORY, cluster_name, short_id(image_id))
 
 
 def kept_reference(cluster_name):

@@ -14,7 +14,7 @@ IMAGE_ID = "sha256:" + "ab" * 32
 
 
 def name(argv=None, env=None, image_id=IMAGE_ID, revision="r1"):
-    return compile_cache.folder(image_id, "img:1", "org/model", revision, list(ARGV if argv is None else argv), env or {"VLLM_HOST_IP": "10.0.0.1"})
+    return compile_cache.folder(image_id, "org/model", revision, list(ARGV if argv is None else argv), env or {"VLLM_HOST_IP": "10.0.0.1"})
 
 
 def test_the_folder_is_the_image_and_what_is_compiled():
