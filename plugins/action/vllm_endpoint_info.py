@@ -8,7 +8,8 @@ round trip of its own. The result is the module's."""
 from __future__ import annotations
 
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify.endpoint_check import ARGUMENT_SPEC, check
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify.endpoint_check import (
+    ARGUMENT_SPEC, MUTUALLY_EXCLUSIVE, REQUIRED_ONE_OF, check, check_all, errors_of)
 from ansible_collections.dgx_spark.vllm.plugins.plugin_utils.controller import ControllerAction
 
 
@@ -16,13 +17,18 @@ class ActionModule(ControllerAction):
     """Check a vLLM endpoint from the controller."""
 
     ARGUMENT_SPEC = ARGUMENT_SPEC
+    REQUIRED_ONE_OF = REQUIRED_ONE_OF
+    MUTUALLY_EXCLUSIVE = MUTUALLY_EXCLUSIVE
 
     def act(self, result, args, task_vars):
         warnings = []
-        endpoint = check(args, warnings.append)
-        result.update(changed=False, endpoint=endpoint)
+        if args["endpoints"]:
+            result.update(changed=False, endpoints=check_all(args, warnings.append))
+        else:
+            result.update(changed=False, endpoint=check(args, warnings.append))
         if warnings:
             result["warnings"] = warnings
-        if endpoint["errors"] and args["fail_on_error"]:
-            result.update(failed=True, msg="; ".join(endpoint["errors"]))
+        errors = errors_of(result)
+        if errors and args["fail_on_error"]:
+            result.update(failed=True, msg="; ".join(errors))
         return result

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""serve.yml's summary of a verified deployment. A thin adapter of module_utils/report/summary.py, documented beside
-this file (``ansible-doc -t filter dgx_spark.vllm.serve_summary``)."""
+"""serve.yml's summaries: of a verified deployment, and of every endpoint a run that changed nothing asked. Thin adapters
+of module_utils/report/summary.py, documented beside this file (``ansible-doc -t filter dgx_spark.vllm.serve_summary``,
+``dgx_spark.vllm.serve_summaries``)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,13 @@ def serve_summary(plan, launched, seconds_to_ready, endpoint, canary=None, trans
     return summary.summary(plan, launched, seconds_to_ready, endpoint, canary, transport)
 
 
+def serve_summaries(results, names, plans):
+    """Each endpoint a run that changed nothing asked at once: the deployments ``names`` first, then the gateway."""
+    return summary.summaries(results, names, plans)
+
+
 class FilterModule:
     """dgx_spark.vllm's serve summary filters."""
 
     def filters(self):
-        return {"serve_summary": serve_summary}
+        return {"serve_summary": serve_summary, "serve_summaries": serve_summaries}

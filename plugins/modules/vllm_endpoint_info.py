@@ -26,9 +26,58 @@ extends_documentation_fragment:
   - dgx_spark.vllm.attributes.ACTIONGROUP_VLLM
 options:
   url:
-    description: Base URL of the endpoint, without C(/v1).
+    description:
+      - Base URL of the endpoint, without C(/v1).
+      - One of O(url) and O(endpoints) is required.
     type: str
-    required: true
+  endpoints:
+    description:
+      - Several endpoints asked at the same time, each with the task's other options (O(wait), O(stream), O(smoke_tests),
+        ...); RV(endpoints) holds each one's result, in order. A run that changed nothing asks every endpoint it serves
+        this way (the vllm_serve role's C(check)), and waits for the slowest one, not for their sum.
+      - vLLM's rank 0 keeps a core busy for about a second after each request it serves (its shared-memory queue spins
+        before it sleeps); endpoints asked one after another each wait on the one before.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: A name for the endpoint in RV(endpoints) and in the errors (a deployment's, the gateway's).
+        type: str
+      url:
+        description: As O(url).
+        type: str
+        required: true
+      model:
+        description: As O(model).
+        type: str
+      models:
+        description: As O(models).
+        type: list
+        elements: str
+        default: []
+      api_key:
+        description: As O(api_key).
+        type: str
+      api_key_file:
+        description: As O(api_key_file).
+        type: path
+      health_path:
+        description: As O(health_path).
+        type: str
+        default: /health
+      refused_without_key:
+        description: As O(refused_without_key).
+        type: bool
+        default: false
+      keyless_paths:
+        description: As O(keyless_paths).
+        type: list
+        elements: str
+        default: [/v1/models]
+      keyless_status:
+        description: As O(keyless_status).
+        type: int
   model:
     description:
       - Served model name.
@@ -44,6 +93,11 @@ options:
   api_key:
     description: The endpoint's API key (sent as a bearer token, never logged).
     type: str
+  api_key_file:
+    description:
+      - A file holding the endpoint's API key, read where the check runs (the controller, for this action), so that a task
+        asking several endpoints names each one's key without reading it into a variable. Not with O(api_key).
+    type: path
   wait:
     description: Seconds to wait for the port, C(/health) and C(/v1/models).
     type: int
@@ -123,9 +177,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+endpoints:
+  description: With O(endpoints), each one's result as RV(endpoint), in order, with the C(name) it was given.
+  returned: with O(endpoints)
+  type: list
+  elements: dict
 endpoint:
   description: What the checks found.
-  returned: always
+  returned: with O(url)
   type: dict
   contains:
     ready:
@@ -182,15 +241,21 @@ endpoint:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify.endpoint_check import ARGUMENT_SPEC, check
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify.endpoint_check import (
+    ARGUMENT_SPEC, MUTUALLY_EXCLUSIVE, REQUIRED_ONE_OF, check, check_all, errors_of)
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = check(module.params, module.warn)
-    if result["errors"] and module.params["fail_on_error"]:
-        module.fail_json(msg="; ".join(result["errors"]), endpoint=result)
-    module.exit_json(changed=False, endpoint=result)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=REQUIRED_ONE_OF, mutually_exclusive=MUTUALLY_EXCLUSIVE,
+                           supports_check_mode=True)
+    if module.params["endpoints"]:
+        result = {"endpoints": check_all(module.params, module.warn)}
+    else:
+        result = {"endpoint": check(module.params, module.warn)}
+    errors = errors_of(result)
+    if errors and module.params["fail_on_error"]:
+        module.fail_json(msg="; ".join(errors), **result)
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

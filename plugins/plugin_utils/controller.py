@@ -15,11 +15,14 @@ class ControllerAction(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
     ARGUMENT_SPEC = {}
+    REQUIRED_ONE_OF = None
+    MUTUALLY_EXCLUSIVE = None
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
-        dummy, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
+        dummy, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC, required_one_of=self.REQUIRED_ONE_OF,
+                                                  mutually_exclusive=self.MUTUALLY_EXCLUSIVE)
         return self.act(result, args, task_vars or {})
 
     def act(self, result, args, task_vars):

@@ -257,7 +257,10 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
                      "local_address": local,
                      "local_health_url": "http://%s/health" % local,
                      "served_model_name": profile["model"].get("served_name") or profile["model"]["id"],
-                     "api_key_env": "VLLM_API_KEY", "api_key_file": settings["api_key_file"]},
+                     "api_key_env": "VLLM_API_KEY", "api_key_file": settings["api_key_file"],
+                     # what a run that changes nothing asks of it (vllm_endpoint_info's endpoints, with the others at once)
+                     "check": {"name": settings["cluster_name"], "url": url, "api_key_file": settings["api_key_file"],
+                               "model": profile["model"].get("served_name") or profile["model"]["id"]}},
         "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name"), "revision": revision,
                   "hf_endpoint": settings["hf_endpoint"], "verify_checksums": settings["model_verify_checksums"],
                   "disk_reserve_bytes": commands.disk_reserve_bytes(settings)},

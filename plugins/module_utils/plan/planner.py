@@ -66,6 +66,12 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
     # The deployments a run only checks (their plan changes no container): serve.yml checks and commits them together.
     result["unchanged"] = [name for name in result["deployment_order"]
                            if name in plans and not (plans[name].get("cluster") or {}).get("apply_needed", True)]
+    # A gateway that runs unchanged in front of deployments that launch nothing is asked with them, every endpoint at
+    # once (tasks/unchanged.yml); otherwise tasks/shared_verify.yml verifies it once every deployment is verified.
+    gateway = result.get("gateway")
+    if gateway:
+        quiet = gateway["enabled"] and gateway["change"] == "none" and result["unchanged"] == result["deployment_order"]
+        gateway.update(with_unchanged=[gateway["check"]] if quiet else [], verify=gateway["enabled"] and not quiet)
     # What the probe reads on each node, for every deployment placed on it, in one call (spark_node_info deployments).
     result["probes"] = {}
     for name in result["deployment_order"]:

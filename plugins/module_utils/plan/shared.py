@@ -97,7 +97,10 @@ def gateway(entries, plans, settings, key_digests, probed, findings):
     return {"enabled": enabled, "host": where["host"], "port": settings["port"], "url": where["url"], "api_url": where["url"] + "/v1",
             "health_path": GATEWAY_HEALTH, "folder": where["folder"], "config_file": config_file,
             "client_key_file": settings.get("api_key_file"), "health_check_interval": interval, "container": spec,
-            "routes": routes, "change": change(spec, enabled, probed, findings, where["host"])}
+            "routes": routes, "change": change(spec, enabled, probed, findings, where["host"]),
+            # what a run that launches nothing behind it asks of it, with the deployments at once (planner.py, with_unchanged)
+            "check": {"name": "gateway", "url": where["url"], "health_path": GATEWAY_HEALTH, "api_key_file": settings.get("api_key_file"),
+                      "model": routes[0]["model"], "models": [r["model"] for r in routes], "refused_without_key": True}}
 
 
 def watched(entries, plans, settings, inputs, probed, findings, key_digests=None):

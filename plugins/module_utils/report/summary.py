@@ -49,3 +49,18 @@ def summary(plan, launched, seconds_to_ready, endpoint, canary=None, transport=N
         "canary": canary_line(canary.get("verdict"), canary.get("accepted"), canary.get("asked")),
         "transport": cluster["transport"] + (": " + "; ".join(transport["messages"]) if transport and transport.get("messages") else ""),
     }
+
+
+def summaries(results, names, plans):
+    """What a run that changed nothing shows of each endpoint it asked at once (vllm_endpoint_info's ``endpoints``):
+    the first ``len(names)`` are the deployments ``names`` (each one's summary, nothing launched), any after them
+    what is shared in front of them (the gateway): where it answers, its models and its first token."""
+    shown = {}
+    for index, found in enumerate(results):
+        if index < len(names):
+            shown[names[index]] = summary(plans[names[index]], "none", None, found)
+        else:
+            shown[found.get("name")] = {"endpoint": "%s/v1" % found.get("url"), "models": found.get("models"),
+                                        "first_token_seconds": found.get("first_token_seconds"),
+                                        "refused_without_key": found.get("refused_without_key")}
+    return shown

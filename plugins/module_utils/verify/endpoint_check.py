@@ -21,7 +21,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canar
 class Client:
     def __init__(self, params):
         self.base = params["url"].rstrip("/")
-        self.key = params["api_key"]
+        self.key = key_of(params)
         self.timeout = params["request_timeout"]
 
     def headers(self):
@@ -214,16 +214,23 @@ def read_live(params, client, result, warn):
     result["live"] = ep.live(before, after, seconds)
 
 
-ARGUMENT_SPEC = dict(
-    url=dict(type="str", required=True),
+# What differs from one endpoint to the next: a task asks one (``url``) or several at once (``endpoints``, each of these).
+ENDPOINT_OPTIONS = dict(
+    url=dict(type="str"),
     model=dict(type="str"),
     models=dict(type="list", elements="str", default=[]),
     api_key=dict(type="str", no_log=True),
-    wait=dict(type="int", default=0),
+    api_key_file=dict(type="path", no_log=False),
     health_path=dict(type="str", default="/health"),
     refused_without_key=dict(type="bool", default=False),
     keyless_paths=dict(type="list", elements="str", default=["/v1/models"], no_log=False),
     keyless_status=dict(type="int", no_log=False),
+)
+ARGUMENT_SPEC = dict(
+    ENDPOINT_OPTIONS,
+    endpoints=dict(type="list", elements="dict", default=[],
+                   options=dict(ENDPOINT_OPTIONS, url=dict(type="str", required=True), name=dict(type="str"))),
+    wait=dict(type="int", default=0),
     stream=dict(type="bool", default=True),
     smoke_tests=dict(type="list", elements="dict", default=[]),
     canary=dict(type="dict"),
@@ -231,15 +238,48 @@ ARGUMENT_SPEC = dict(
     request_timeout=dict(type="int", default=120),
     fail_on_error=dict(type="bool", default=True),
 )
+REQUIRED_ONE_OF = [("url", "endpoints")]
+MUTUALLY_EXCLUSIVE = [("url", "endpoints"), ("api_key", "api_key_file")]
+
+
+def key_of(params):
+    """The key given, or read from ``api_key_file`` where the check runs (the controller, for the action)."""
+    if params.get("api_key") or not params.get("api_key_file"):
+        return params.get("api_key")
+    with open(params["api_key_file"], encoding="utf-8") as handle:
+        return handle.read().strip()
+
+
+def errors_of(result):
+    """What failed, of the one endpoint asked (``endpoint``) or of each (``endpoints``, each error naming its endpoint)."""
+    if "endpoints" in result:
+        return ["%s: %s" % (e.get("name") or e.get("model"), error) for e in result["endpoints"] for error in e["errors"]]
+    return list(result["endpoint"]["errors"])
+
+
+def check_all(params, warn):
+    """Each of ``params["endpoints"]`` asked at the same time, with the task's other options: their results in order,
+    each naming its ``name``. Together, a check waits for the slowest endpoint, not for their sum (and vLLM's rank 0
+    keeps a core busy for a second after each request it serves, which one asked after another would wait on)."""
+    def one(entry):
+        found = check(dict(params, endpoints=[], **entry), warn)
+        found.update(name=entry.get("name"), url=entry["url"])
+        return found
+    with ThreadPoolExecutor(max_workers=max(1, len(params["endpoints"]))) as pool:
+        return list(pool.map(one, params["endpoints"]))
 
 
 def check(params, warn):
     """Readiness, then the stream, the smoke tests, the canary and the live figures as ``params`` ask."""
     params = dict(params)
-    client = Client(params)
     result = {"ready": False, "stage": None, "models": [], "seconds_to_ready": None, "first_token_seconds": None,
               "first_token": None, "smoke": [], "live": None, "refused_without_key": None, "errors": []}
-    if wait_ready(params, client, result):
+    try:
+        client = Client(params)
+    except OSError as exc:
+        result["errors"].append("could not read the key file %s: %s" % (params.get("api_key_file"), exc.strerror or exc))
+        client = None
+    if client and wait_ready(params, client, result):
         if params["refused_without_key"]:
             refused_without_key(client, result, params["keyless_paths"], params["keyless_status"])
         result["ready"], together = first_requests(params, client, result)
