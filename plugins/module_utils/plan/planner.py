@@ -66,12 +66,8 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
     # The deployments a run only checks (their plan changes no container): serve.yml checks and commits them together.
     result["unchanged"] = [name for name in result["deployment_order"]
                            if name in plans and not (plans[name].get("cluster") or {}).get("apply_needed", True)]
-    # A gateway that runs unchanged in front of deployments that launch nothing is asked with them, every endpoint at
-    # once (tasks/unchanged.yml); otherwise tasks/shared_verify.yml verifies it once every deployment is verified.
-    gateway = result.get("gateway")
-    if gateway:
-        quiet = gateway["enabled"] and gateway["change"] == "none" and result["unchanged"] == result["deployment_order"]
-        gateway.update(with_unchanged=[gateway["check"]] if quiet else [], verify=gateway["enabled"] and not quiet)
+    if result.get("gateway"):
+        result["gateway"].update(gateway_checks(result["gateway"], result["unchanged"], result["deployment_order"]))
     # What the probe reads on each node, for every deployment placed on it, in one call (spark_node_info deployments).
     result["probes"] = {}
     for name in result["deployment_order"]:
@@ -80,6 +76,14 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
                 result["probes"].setdefault(host, {})[name] = node["probe"]
     result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
     return result
+
+
+def gateway_checks(gateway, unchanged, order):
+    """How a run asks the gateway: running unchanged in front of deployments that all launch nothing, with them, every
+    endpoint at once (``with_unchanged``, tasks/unchanged.yml); otherwise verified once every deployment is verified
+    (``verify``, tasks/shared_verify.yml)."""
+    quiet = gateway["enabled"] and gateway["change"] == "none" and list(unchanged) == list(order)
+    return {"with_unchanged": [gateway["check"]] if quiet else [], "verify": gateway["enabled"] and not quiet}
 
 
 def acts(result, findings):

@@ -259,3 +259,20 @@ def test_a_gateway_asked_for_without_deployments_is_refused_and_one_deployment_m
     assert "vllm_gateway: true puts the gateway in front of vllm_deployments, and this inventory has none" in messages(plan)[0]
     one = several_plan(tmp_path, deployments=TWO[:1], gateway={"enabled": True})
     assert one["ok"] and one["gateway"]["enabled"] and [r["model"] for r in one["gateway"]["routes"]] == ["sim-tiny"]
+
+
+def test_an_unchanged_gateway_is_asked_with_the_deployments_only_when_nothing_launches_behind_it(tmp_path):
+    plan = several_plan(tmp_path)
+    gate = plan["gateway"]
+    # A first run creates it: verified once every deployment is (tasks/shared_verify.yml), not asked with them.
+    assert gate["change"] == "create" and gate["verify"] and gate["with_unchanged"] == []
+    assert gate["check"] == {"name": "gateway", "url": gate["url"], "health_path": gate["health_path"], "api_key_file": gate["client_key_file"],
+                             "model": "sim-tiny", "models": ["sim-tiny", "sim-tiny-coder"], "refused_without_key": True}
+    # Each deployment is asked where its clients ask it, with its own key.
+    assert [plan["deployments"][n]["cluster"]["endpoint"]["check"]["model"] for n in ("chat", "coder")] == ["sim-tiny", "sim-tiny-coder"]
+    assert {plan["deployments"][n]["cluster"]["endpoint"]["check"]["api_key_file"] for n in ("chat", "coder")} == {
+        plan["deployments"][n]["cluster"]["endpoint"]["api_key_file"] for n in ("chat", "coder")}
+    running = dict(gate, change="none")
+    assert planner.gateway_checks(running, ["chat", "coder"], ["chat", "coder"]) == {"with_unchanged": [gate["check"]], "verify": False}
+    assert planner.gateway_checks(running, ["chat"], ["chat", "coder"]) == {"with_unchanged": [], "verify": True}  # coder launches
+    assert planner.gateway_checks(dict(running, enabled=False), ["chat"], ["chat"]) == {"with_unchanged": [], "verify": False}

@@ -150,3 +150,79 @@ def test_a_failed_request_of_all_prompts_is_said_and_each_is_asked_alone():
 def test_an_answer_with_too_few_choices_is_not_read_as_the_prompts_answers():
     with pytest.raises(ValueError, match="3 prompts asked together, 2 answers"):
         canary.answers_of({"choices": [{"index": 0}, {"index": 1}]}, CANARY["prompts"])
+
+
+class Endpoints:
+    """Two endpoints on local ports, each answering only its own key; a streamed request is answered only once both
+    have arrived (asked one after the other, the first would wait for ever: the barrier times out)."""
+
+    def __init__(self, keys):
+        import http.server
+
+        arrived = threading.Barrier(len(keys), timeout=5)
+        self.servers = []
+        for key in keys:
+            class Handler(http.server.BaseHTTPRequestHandler):
+                own = key
+
+                def answer(self, code, body):
+                    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                    self.send_response(code)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+
+                def do_GET(self):
+                    if self.path == "/health":
+                        return self.answer(200, b"")
+                    if self.headers.get("Authorization") != "Bearer " + self.own:
+                        return self.answer(401, {"error": "key"})
+                    return self.answer(200, {"data": [{"id": "m-" + self.own}]})
+
+                def do_POST(self):
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    if self.headers.get("Authorization") != "Bearer " + self.own:
+                        return self.answer(401, {"error": "key"})
+                    arrived.wait()
+                    return self.answer(200, b"".join(STREAM))
+
+                def log_message(self, *args):
+                    pass
+
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            self.servers.append(server)
+
+    def url(self, index):
+        return "http://127.0.0.1:%d" % self.servers[index].server_address[1]
+
+    def close(self):
+        for server in self.servers:
+            server.shutdown()
+
+
+def test_several_endpoints_are_asked_at_once_each_with_the_key_in_its_own_file(tmp_path):
+    (tmp_path / "a").write_text("key-a\n")
+    (tmp_path / "b").write_text("key-b\n")
+    served = Endpoints(["key-a", "key-b"])
+    try:
+        entries = [{"name": "chat", "url": served.url(0), "model": "m-key-a", "api_key_file": str(tmp_path / "a")},
+                   {"name": "gateway", "url": served.url(1), "model": "m-key-b", "api_key_file": str(tmp_path / "b"),
+                    "refused_without_key": True}]
+        params = {k: v.get("default") for k, v in endpoint_check.ARGUMENT_SPEC.items()}
+        defaults = {k: v.get("default") for k, v in endpoint_check.ENDPOINT_OPTIONS.items()}
+        found = endpoint_check.check_all(dict(params, endpoints=[dict(defaults, **e) for e in entries], wait=5), [].append)
+    finally:
+        served.close()
+    assert [(f["name"], f["url"], f["ready"], f["first_token"], f["errors"]) for f in found] == [
+        ("chat", served.url(0), True, "Hi", []), ("gateway", served.url(1), True, "Hi", [])]
+    assert found[1]["refused_without_key"] is True and found[0]["refused_without_key"] is None
+    assert endpoint_check.errors_of({"endpoints": found}) == []
+
+
+def test_a_key_file_that_cannot_be_read_is_named_in_that_endpoints_errors(tmp_path):
+    params = {k: v.get("default") for k, v in endpoint_check.ARGUMENT_SPEC.items()}
+    found = endpoint_check.check_all(dict(params, endpoints=[{"name": "chat", "url": "http://127.0.0.1:9", "api_key_file": str(tmp_path / "none")}]),
+                                     [].append)
+    assert found[0]["ready"] is False
+    assert endpoint_check.errors_of({"endpoints": found}) == ["chat: could not read the key file %s: No such file or directory" % (tmp_path / "none")]
