@@ -269,13 +269,6 @@ def test_a_failed_upgrade_of_one_deployment_rolls_back_alone_while_the_other_ans
         assert chat("sim-tiny-ring")[0] == 200
         dummy, out = playbook("serve", log="models-serve-after-rollback")
         assert out.count("Changes: none, every container and vLLM run as planned") == 2
-    # Each deployment and the gateway in front of them answered one streamed token, asked at once; the gateway's full
-    # verification (every model streamed through it) is for a run that changed something.
-    shown = out.split("Show each summary", 1)[1].split("TASK [", 1)[0]
-    for name, endpoint in (("chat:", ":8001/v1"), ("coder:", ":8002/v1"), ("gateway:", ":8000/v1")):
-        assert name in shown and endpoint in shown, shown
-    assert len(re.findall(r"first_token_seconds: \d", shown)) == 3, shown
-    assert "refused_without_key: true" in shown and "Verify every model through the gateway" not in out
         record("upgrade", "a failed upgrade of one deployment of two (an image whose vLLM fails at start)",
                "that deployment rolls back to its last-known-good alone; the other answers throughout", load=figures)
     finally:
