@@ -366,9 +366,12 @@ def bench_orchestration():
     bare_models = models + ["-e", "vllm_monitoring=false"]
     timed(["ansible-playbook", "playbooks/sim.yml"] + models)
     timed(["ansible-playbook", "playbooks/serve.yml"] + bare_models)
-    two, dummy, changed, dummy = no_change(["ansible-playbook", "playbooks/serve.yml"] + bare_models)
+    two, two_tasks, changed, dummy = no_change(["ansible-playbook", "playbooks/serve.yml"] + bare_models)
     line("two deployments on the same two nodes, monitoring off as above, nothing to change (changed=%d)" % changed, "%.1f" % two, "s")
     line("two deployments' no-change run / the single one's", "%.2f" % (two / again), "x", "<= 1.5 x")
+    print("    per-task profile of that run:")
+    for task in two_tasks:
+        print("      " + task.strip())
     timed(["ansible-playbook", "playbooks/serve.yml"] + models)
     watched, dummy, changed, dummy = no_change(["ansible-playbook", "playbooks/serve.yml"] + models)
     line("the same with Prometheus on (inventories/sim-models as it is; changed=%d, %.2f x the single one)"

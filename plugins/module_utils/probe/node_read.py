@@ -13,6 +13,8 @@ node's (memory, RoCE, Docker, ports, interfaces) once. Each deployment's facts a
 
 from __future__ import annotations
 
+import fnmatch
+
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, process_group as pg, supervisor_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import Batch, collect, start
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import nccl_lib, node_probe
@@ -28,8 +30,19 @@ def docker_ps_argv(docker):
     return [docker, "ps", "--all", "--no-trunc", "--format", "{{json .}}"]
 
 
-def kept_argv(docker, reference):
-    return [docker, "image", "ls", "--filter", "reference=" + reference, "--format", "{{.Repository}}:{{.Tag}}"]
+def kept_argv(docker, references):
+    """Every deployment's kept tags in one listing (Docker ORs the filters); kept() tells them apart."""
+    return [docker, "image", "ls"] + [a for r in references for a in ("--filter", "reference=" + r)] + ["--format", "{{.Repository}}:{{.Tag}}"]
+
+
+def kept(listed, reference):
+    """The tags of ``listed`` that ``reference`` names (Docker's match of a reference filter, on names without a '/')."""
+    return [tag for tag in listed if fnmatch.fnmatchcase(tag, reference)]
+
+
+def all_of(specs, key):
+    """Each deployment's ``key`` list, joined in order, once each: what one command asks for all of them."""
+    return list(dict.fromkeys(n for spec in specs.values() for n in (spec.get(key) or [])))
 
 
 def image_id_argv(docker, image):
@@ -50,13 +63,14 @@ def up_front(specs, docker, smi):
     argvs = [[docker, "info", "--format", "{{json .}}"], docker_ps_argv(docker), LISTENING, INTERFACES]
     if smi:
         argvs += [[smi] + node_probe.GPU_QUERY, [smi] + APPS_QUERY]
+    references = [spec["kept_reference"] for spec in specs.values() if spec.get("kept_reference")]
+    if references:
+        argvs.append(kept_argv(docker, references))
+    if all_of(specs, "containers"):
+        argvs.append(env_argv(docker, all_of(specs, "containers")))
     for spec in specs.values():
         if spec.get("image"):
             argvs.append(image_id_argv(docker, spec["image"]))
-        if spec.get("kept_reference"):
-            argvs.append(kept_argv(docker, spec["kept_reference"]))
-        if spec.get("containers"):
-            argvs.append(env_argv(docker, spec["containers"]))
         if spec.get("serve_container") and not spec.get("serve_state_file_host"):
             argvs.append(pg.read_argv(docker, spec["serve_container"], spec.get("serve_state_file") or SERVE_STATE_FILE))
         elif spec.get("serve_container"):
@@ -79,6 +93,11 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
                   connection_interface=node_probe.connection_interface(found, ssh_connection),
                   system_nccl=nccl_lib.system(warn=warn))
     docker_ps = node_probe.lines(batch, docker_ps_argv(docker)) if common["docker"] is not None else []
+    # One listing of the kept tags and one inspect of the containers for every deployment, each taking its own.
+    present = [n for n in all_of(specs, "containers") if any('"Names":"%s"' % n in line for line in docker_ps)]
+    envs = node_probe.container_env(batch, present, docker) if present else {}
+    references = [spec["kept_reference"] for spec in specs.values() if spec.get("kept_reference")]
+    listed = node_probe.lines(batch, kept_argv(docker, references)) if references and common["docker"] is not None else []
     answers = {}
     for name, spec in specs.items():
         facts = dict(common, docker_ps=docker_ps, image_id=None, image=None, container_env={}, vllm=None,
@@ -96,10 +115,10 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
                                        if supervisor else None)
         facts["disk"] = node_probe.free_space(list(spec.get("disk") or []) + [d for d in [(common["docker"] or {}).get("root_dir")] if d])
         if common["docker"] is not None:
-            named = [n for n in spec.get("containers") or [] if any('"Names":"%s"' % n in line for line in docker_ps)]
-            facts["container_env"] = node_probe.container_env(batch, named, docker) if named else {}
+            named = [n for n in spec.get("containers") or [] if n in present]
+            facts["container_env"] = {n: envs[n] for n in named if n in envs}
             if spec.get("kept_reference"):
-                facts["kept_images"] = node_probe.lines(batch, kept_argv(docker, spec["kept_reference"]))
+                facts["kept_images"] = kept(listed, spec["kept_reference"])
             if spec.get("image"):
                 facts["image_id"] = node_probe.image_id(batch, spec["image"], docker)
             if spec.get("read_image") and facts["image_id"]:

@@ -145,3 +145,19 @@ def test_a_record_behind_a_link_or_not_a_file_is_not_read(tmp_path):
     (tmp_path / "folder.json").mkdir()
     found = node_probe.records([str(tmp_path / "link.json"), str(tmp_path / "folder.json"), "/dev/zero"])
     assert found == {str(tmp_path / "link.json"): None, str(tmp_path / "folder.json"): None, "/dev/zero": None}
+
+
+def test_two_deployments_on_a_node_share_one_listing_of_kept_tags_and_one_inspect():
+    """A second deployment on a node adds no Docker listing of its own: one ``image ls`` names every deployment's kept
+    tags (Docker ORs the filters) and one inspect reads every container; each deployment takes back its own."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_read
+    specs = {name: {"kept_reference": records.kept_reference("dgx-spark-" + name), "containers": ["dgx-spark-%s-ray-sim-head" % name],
+                    "image": "dgx-spark-sim/runtime:sim"} for name in ("chat", "coder")}
+    argvs = node_read.up_front(specs, "docker", None)
+    listings = [a for a in argvs if a[1:3] == ["image", "ls"]]
+    inspects = [a for a in argvs if a[1:3] == ["container", "inspect"]]
+    assert len(listings) == 1 and listings[0].count("--filter") == 2
+    assert len(inspects) == 1 and inspects[0][-2:] == ["dgx-spark-chat-ray-sim-head", "dgx-spark-coder-ray-sim-head"]
+    listed = ["dgx-spark-vllm-kept:dgx-spark-chat-0e535157a2c2", "dgx-spark-vllm-kept:dgx-spark-coder-0e535157a2c2"]
+    assert node_read.kept(listed, specs["coder"]["kept_reference"]) == ["dgx-spark-vllm-kept:dgx-spark-coder-0e535157a2c2"]
