@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify.endpoint_check import (
-    ARGUMENT_SPEC, MUTUALLY_EXCLUSIVE, REQUIRED_ONE_OF, check, check_all, errors_of)
+    ARGUMENT_SPEC, MUTUALLY_EXCLUSIVE, REQUIRED_ONE_OF, answer, errors_of)
 from ansible_collections.dgx_spark.vllm.plugins.plugin_utils.controller import ControllerAction
 
 
@@ -22,10 +22,7 @@ class ActionModule(ControllerAction):
 
     def act(self, result, args, task_vars):
         warnings = []
-        if args["endpoints"]:
-            result.update(changed=False, endpoints=check_all(args, warnings.append))
-        else:
-            result.update(changed=False, endpoint=check(args, warnings.append))
+        result.update(answer(args, warnings.append), changed=False)
         if warnings:
             result["warnings"] = warnings
         errors = errors_of(result)

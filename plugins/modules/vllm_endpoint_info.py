@@ -242,16 +242,13 @@ endpoint:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify.endpoint_check import (
-    ARGUMENT_SPEC, MUTUALLY_EXCLUSIVE, REQUIRED_ONE_OF, check, check_all, errors_of)
+    ARGUMENT_SPEC, MUTUALLY_EXCLUSIVE, REQUIRED_ONE_OF, answer, errors_of)
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=REQUIRED_ONE_OF, mutually_exclusive=MUTUALLY_EXCLUSIVE,
                            supports_check_mode=True)
-    if module.params["endpoints"]:
-        result = {"endpoints": check_all(module.params, module.warn)}
-    else:
-        result = {"endpoint": check(module.params, module.warn)}
+    result = answer(module.params, module.warn)
     errors = errors_of(result)
     if errors and module.params["fail_on_error"]:
         module.fail_json(msg="; ".join(errors), **result)

@@ -40,6 +40,11 @@ def kept(listed, reference):
     return [tag for tag in listed if fnmatch.fnmatchcase(tag, reference)]
 
 
+def kept_references(specs):
+    """Each deployment's kept-tag reference, in order: what the one listing asks for."""
+    return [spec["kept_reference"] for spec in specs.values() if spec.get("kept_reference")]
+
+
 def all_of(specs, key):
     """Each deployment's ``key`` list, joined in order, once each: what one command asks for all of them."""
     return list(dict.fromkeys(n for spec in specs.values() for n in (spec.get(key) or [])))
@@ -63,11 +68,11 @@ def up_front(specs, docker, smi):
     argvs = [[docker, "info", "--format", "{{json .}}"], docker_ps_argv(docker), LISTENING, INTERFACES]
     if smi:
         argvs += [[smi] + node_probe.GPU_QUERY, [smi] + APPS_QUERY]
-    references = [spec["kept_reference"] for spec in specs.values() if spec.get("kept_reference")]
+    references, containers = kept_references(specs), all_of(specs, "containers")
     if references:
         argvs.append(kept_argv(docker, references))
-    if all_of(specs, "containers"):
-        argvs.append(env_argv(docker, all_of(specs, "containers")))
+    if containers:
+        argvs.append(env_argv(docker, containers))
     for spec in specs.values():
         if spec.get("image"):
             argvs.append(image_id_argv(docker, spec["image"]))
@@ -96,7 +101,7 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
     # One listing of the kept tags and one inspect of the containers for every deployment, each taking its own.
     present = [n for n in all_of(specs, "containers") if any('"Names":"%s"' % n in line for line in docker_ps)]
     envs = node_probe.container_env(batch, present, docker) if present else {}
-    references = [spec["kept_reference"] for spec in specs.values() if spec.get("kept_reference")]
+    references = kept_references(specs)
     listed = node_probe.lines(batch, kept_argv(docker, references)) if references and common["docker"] is not None else []
     answers = {}
     for name, spec in specs.items():

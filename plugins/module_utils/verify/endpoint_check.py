@@ -250,6 +250,13 @@ def key_of(params):
         return handle.read().strip()
 
 
+def answer(params, warn):
+    """What the module and its action return: ``endpoints`` (each of several asked at once) or ``endpoint`` (one)."""
+    if params["endpoints"]:
+        return {"endpoints": check_all(params, warn)}
+    return {"endpoint": check(params, warn)}
+
+
 def errors_of(result):
     """What failed, of the one endpoint asked (``endpoint``) or of each (``endpoints``, each error naming its endpoint)."""
     if "endpoints" in result:
