@@ -39,7 +39,6 @@ options:
         before it sleeps); endpoints asked one after another each wait on the one before.
     type: list
     elements: dict
-    default: []
     suboptions:
       name:
         description: A name for the endpoint in RV(endpoints) and in the errors (a deployment's, the gateway's).

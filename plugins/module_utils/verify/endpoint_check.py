@@ -228,7 +228,7 @@ ENDPOINT_OPTIONS = dict(
 )
 ARGUMENT_SPEC = dict(
     ENDPOINT_OPTIONS,
-    endpoints=dict(type="list", elements="dict", default=[],
+    endpoints=dict(type="list", elements="dict",  # no default: a default [] would count as given for REQUIRED_ONE_OF
                    options=dict(ENDPOINT_OPTIONS, url=dict(type="str", required=True), name=dict(type="str"))),
     wait=dict(type="int", default=0),
     stream=dict(type="bool", default=True),
