@@ -6,13 +6,17 @@
 Clients see one URL (the cluster's ``vllm_port`` on the first deployment's head) and one key; each deployment keeps
 its own vLLM key, which only the gateway holds. LiteLLM's proxy is the OpenAI-compatible router most used in front
 of vLLM: its ``hosted_vllm/`` provider passes the request through (streaming included), ``/v1/models`` lists every
-route, and its background health checks mark a backend down. Two things about it are set here, not left to it:
+route. Three things about it are set here, not left to it:
 
 - it phones home: at start it fetches its model cost map from the internet, and more later. ``LITELLM_OFFLINE_MODE``
   (its environment, as its docs say: the cost map loads before the config is read) stops every such request;
 - its configuration holds the keys, so it is a 0600 file on the head, mounted read-only, never the container's
   environment (``docker inspect`` shows that) nor its argv. The plan carries the files the keys come from, never a key;
-  the role reads them on the head and writes the file there (``config_text``).
+  the role reads them on the head and writes the file there (``config_text``);
+- its background health checks are off unless asked for (``vllm_gateway_health_check_interval``). Each one is a real
+  completion sent to every backend: it shows in vLLM's request counts and in a bench's figures, and it wakes every
+  rank. Nothing here reads their results (LiteLLM routes by them only with its health-check routing on, and each model
+  has one backend); the supervisor and Prometheus watch the backends.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ CONFIG_MOUNT = "/etc/litellm"
 DEFAULTS = {
     "enabled": None,            # None: on when there are two or more deployments
     "image": None,              # None: dgx-spark-vllm/litellm:LITELLM_VERSION, to be built from PyPI on the head
-    "health_check_interval": 30,
+    "health_check_interval": 0,  # seconds between LiteLLM's background health checks of every backend; 0: none
 }
 LITELLM_VERSION = "1.106.12"  # litellm[proxy], pinned: each release pins its proxy extras exactly
 ENV = {"LITELLM_OFFLINE_MODE": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "true", "LITELLM_LOG": "INFO"}
@@ -38,14 +42,16 @@ def enabled(given, deployments):
 
 def config(routes, keys, client_key, interval):
     """LiteLLM's configuration: one route per served model name to its deployment, with that deployment's key,
-    one key for the clients, a health check of every backend. ``keys`` maps a deployment to its vLLM key."""
+    one key for the clients, a background health check of every backend every ``interval`` seconds (0: none). ``keys``
+    maps a deployment to its vLLM key."""
+    interval = int(interval or 0)
+    checks = {"background_health_checks": True, "health_check_interval": interval} if interval > 0 else {"background_health_checks": False}
     return {
         "model_list": [{"model_name": route["model"],
                         "litellm_params": {"model": "hosted_vllm/" + route["model"], "api_base": route["api_base"],
                                            "api_key": keys[route["deployment"]]},
                         "model_info": {"deployment": route["deployment"]}} for route in routes],
-        "general_settings": {"master_key": client_key, "background_health_checks": True,
-                             "health_check_interval": int(interval)},
+        "general_settings": dict(checks, master_key=client_key),
         "litellm_settings": {"telemetry": False, "drop_params": False, "request_timeout": 600},
     }
 

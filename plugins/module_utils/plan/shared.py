@@ -87,7 +87,13 @@ def gateway(entries, plans, settings, key_digests, probed, findings):
     where = place(settings, first["head"], endpoint)
     given = settings.get("gateway") or {}
     image = given.get("image") or "dgx-spark-vllm/litellm:%s" % gateway_utils.LITELLM_VERSION
-    interval = int(given.get("health_check_interval") or gateway_utils.DEFAULTS["health_check_interval"])
+    interval = given.get("health_check_interval")
+    interval = gateway_utils.DEFAULTS["health_check_interval"] if interval in (None, "") else interval
+    if not str(interval).isdigit():
+        findings.error("all", interval, "vllm_gateway_health_check_interval %r is not a number of seconds; set it to 0 (no "
+                       "background health checks, the default) or to the seconds between them" % (interval,))
+        interval = 0
+    interval = int(interval)
     config_file = where["folder"] + "/config.yaml"
     spec = gateway_utils.container(where["container"], image, endpoint.get("bind_address") or "0.0.0.0", settings["port"],
                                    config_file, container_labels.labels(settings["cluster_name"], first["head"], "gateway"))

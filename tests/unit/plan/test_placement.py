@@ -252,6 +252,20 @@ def test_teardown_and_status_name_each_deployment_and_the_gateway_without_profil
     assert not bad["ok"] and "Bad_Name" in bad["errors"][0]["message"]
 
 
+def test_the_gateways_background_health_checks_are_off_unless_asked_for_and_a_bad_interval_is_refused(tmp_path):
+    keys = {"chat": "chat-key-4711", "coder": "coder-key-4712"}
+    off = several_plan(tmp_path)["gateway"]
+    settings = gateway.config(off["routes"], keys, "client-key", off["health_check_interval"])["general_settings"]
+    assert off["health_check_interval"] == 0 and settings["background_health_checks"] is False and "health_check_interval" not in settings
+    on = several_plan(tmp_path, gateway={"health_check_interval": "60"})["gateway"]
+    settings = gateway.config(on["routes"], keys, "client-key", on["health_check_interval"])["general_settings"]
+    assert (settings["background_health_checks"], settings["health_check_interval"]) == (True, 60)
+    # a changed interval is a changed configuration: the gateway is recreated with it
+    assert on["container"]["labels"] != off["container"]["labels"]
+    bad = several_plan(tmp_path, gateway={"health_check_interval": "-5"})
+    assert not bad["ok"] and any("vllm_gateway_health_check_interval '-5' is not a number of seconds" in m for m in messages(bad)), messages(bad)
+
+
 def test_a_gateway_asked_for_without_deployments_is_refused_and_one_deployment_may_have_it(tmp_path):
     inputs = cluster(tmp_path, gateway={"enabled": True})
     inputs["profile"] = tiny()
