@@ -66,11 +66,6 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
     # The deployments a run only checks (their plan changes no container): serve.yml checks and commits them together.
     result["unchanged"] = [name for name in result["deployment_order"]
                            if name in plans and not (plans[name].get("cluster") or {}).get("apply_needed", True)]
-    # Of those, the ones whose nodes lack their record or supervisor (cluster.commit): committed once checked. A run that
-    # changes nothing commits nothing, and what it does after its check (where vLLM's rank 0 keeps a core busy for a
-    # second after each request) is only the summary.
-    result["unchanged_commit"] = [name for name in result["unchanged"]
-                                  if ((plans[name].get("cluster") or {}).get("commit") or {}).get("needed")]
     if result.get("gateway"):
         result["gateway"].update(gateway_checks(result["gateway"], result["unchanged"], result["deployment_order"]))
     # What the probe reads on each node, for every deployment placed on it, in one call (spark_node_info deployments).

@@ -477,11 +477,7 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     assert "Changes: none, every container and vLLM run as planned" in text
     assert "Join gate: every node and GPU has joined Ray (read by the head's probe)" in text
     # serve.yml checks it with the other deployments that need no change (the plan's unchanged), not as a launch.
-    planned = planner.make_plan(copy.deepcopy(inputs))
-    assert planned["unchanged"] == ["dgx-spark"]
-    # its head holds no record yet: it is committed once checked (the plan's unchanged_commit); with its record held it
-    # would not be, and the run would do nothing after its check but show the summary
-    assert "the head has no last-known-good record" in healthy["cluster"]["commit"]["reasons"] and planned["unchanged_commit"] == ["dgx-spark"]
+    assert planner.make_plan(copy.deepcopy(inputs))["unchanged"] == ["dgx-spark"]
     # A run that changes nothing restores nothing: tasks/unchanged.yml skips tasks/restore.yml on every node.
     assert {n: healthy["nodes"][n]["restore"] for n in ("spark1", "spark2")} == {"spark1": [], "spark2": []}
     flushed = copy.deepcopy(inputs)
