@@ -901,7 +901,7 @@ def test_the_canary_keeps_the_answers_and_catches_other_weights(client):
         rc, out = playbook("serve", "-e", "vllm_max_model_len=768", log="faults-serve-canary-damaged")
         assert rc != 0
         flat = " ".join(out.split())
-        assert "sim-head: start vLLM" in out  # the profile's 1024 changed: vLLM restarts
+        assert "sim-head: restart vLLM" in out  # the profile's 1024 changed: the running vLLM restarts
         assert "canary FAILED: the answers differ from the reference recorded" in flat and "token for token" in flat
         assert "'The capital of France is':" in flat
         record("canary", "other weights under the same model and revision (one tensor changed on every node, sizes kept)",
@@ -910,7 +910,7 @@ def test_the_canary_keeps_the_answers_and_catches_other_weights(client):
         weights("restore")
     started, since = time.monotonic(), time.time()
     rc, out = playbook("serve", log="faults-serve-canary-restored", check=True)
-    assert "sim-head: start vLLM" in out  # back from 768 to the profile's 1024
+    assert "sim-head: restart vLLM" in out  # back from 768 to the profile's 1024
     assert re.search(r"canary passed: 5 prompts agree with the reference recorded \S+ token for token", " ".join(out.split()))
     assert json.loads(open(os.path.join(SIM, ".artifacts", "canary-reference.json"), encoding="utf-8").read()) == kept  # the report again
     # The release names the vLLM serve.yml verified: the woken supervisor does not ask it the canary again.

@@ -185,7 +185,7 @@ def test_a_changed_deployment_restarts_alone_while_the_other_answers(served):
     figures = load.figures()
     after = containers()
     assert after == before  # vLLM restarts inside coder's Ray containers; chat's and the gateway stay as they were
-    assert out.count("Changes: none, every container and vLLM run as planned") == 1 and "Changes: sim-head: start vLLM" in out
+    assert out.count("Changes: none, every container and vLLM run as planned") == 1 and "Changes: sim-head: restart vLLM" in out
     with open(os.path.join(INVENTORY, ".artifacts", "plan.json"), encoding="utf-8") as handle:
         argv = json.load(handle)["deployments"]["coder"]["nodes"]["sim-head"]["serve"]["argv"]
     assert argv[argv.index("--max-model-len") + 1] == "512"
@@ -197,7 +197,7 @@ def test_a_changed_deployment_restarts_alone_while_the_other_answers(served):
         dummy, out = playbook("serve", log="models-serve-changed-back")
     figures = load.figures()
     assert containers() == before and out.count("Changes: none, every container and vLLM run as planned") == 1
-    assert "Changes: sim-head: start vLLM" in out and figures["failed"] == 0, json.dumps(figures)
+    assert "Changes: sim-head: restart vLLM" in out and figures["failed"] == 0, json.dumps(figures)
 
 
 def node_exec(node, argv):

@@ -89,6 +89,8 @@ def decide_changes(inputs, nodes, cluster, head):
             vllm = inputs["nodes"][name].get("vllm")
             unchanged = vllm and vllm.get("running") and vllm.get("config_hash") == serve["config_hash"] and not changing
             serve["change"] = "none" if unchanged else ("start" if vllm is not None or changing else "unknown")
+            # A vLLM that runs another configuration is started again: the plan says restart, not start (it was not down).
+            serve["restarts"] = bool(serve["change"] == "start" and vllm and vllm.get("running") and not changing)
             # A container stopped under a running vLLM ends it by SIGKILL once its init exits: on a GB10 the memory
             # stays pinned until a reboot (fact 3). vLLM is stopped by its process group before its containers change.
             serve["stop_first"] = bool(vllm and vllm.get("running") and changing)

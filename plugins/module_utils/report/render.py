@@ -123,7 +123,8 @@ def deployment(plan):
             if node.get("serve") and plan.get("backend") == "ray":
                 lines.append("  %s, inside %s: %s" % (name, node["serve"]["container"], _command(node["serve"]["argv"])))
         if "apply_needed" in cluster:
-            serve = ["%s: %s vLLM" % (n, "stop, then start" if nodes[n]["serve"].get("stop_first") else nodes[n]["serve"]["change"])
+            serve = ["%s: %s vLLM" % (n, "stop, then start" if nodes[n]["serve"].get("stop_first")
+                                      else "restart" if nodes[n]["serve"].get("restarts") else nodes[n]["serve"]["change"])
                      for n in plan.get("nodes_order", [])
                      if n in nodes and (nodes[n].get("serve") or {}).get("change", "none") != "none"]
             firewall = ["%s: load the firewall table again (%s)" % (n, nodes[n]["writes"]["firewall"]["reload"])

@@ -476,6 +476,13 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     text = render.deployment(healthy)
     assert "Changes: none, every container and vLLM run as planned" in text
     assert "Join gate: every node and GPU has joined Ray (read by the head's probe)" in text
+    # vLLM running another configuration (its hash differs, every container as planned) is restarted, and the plan
+    # says so: it was not down
+    other = copy.deepcopy(inputs)
+    other["nodes"]["spark1"]["vllm"]["config_hash"] = "an-older-hash"
+    other = deployment.plan_deployment(other)
+    assert other["nodes"]["spark1"]["serve"]["change"] == "start" and not other["nodes"]["spark1"]["serve"]["stop_first"]
+    assert "Changes: spark1: restart vLLM" in render.deployment(other)
     # serve.yml checks it with the other deployments that need no change (the plan's unchanged), not as a launch.
     assert planner.make_plan(copy.deepcopy(inputs))["unchanged"] == ["dgx-spark"]
     # A run that changes nothing restores nothing: tasks/unchanged.yml skips tasks/restore.yml on every node.
