@@ -110,6 +110,11 @@ options:
   kept_reference:
     description: The reference filter of the cluster's kept image tags; RV(kept_images) lists the tags on this node.
     type: str
+  door_image:
+    description:
+      - The front door's image (on the head); RV(door_image_id) says whether the node has it, so that the apply builds it
+        only where it is missing and asks Docker nothing more.
+    type: str
   firewall:
     description:
       - The cluster's firewall table on the node (C(table), in family C(inet)) and the record of the one serve.yml
@@ -238,6 +243,10 @@ firewall:
       C(missing) or C(unrecorded); null without O(firewall).
   type: str
   returned: always
+door_image_id:
+  description: The ID of O(door_image) on this node; null when it is not here, or without O(door_image) or Docker.
+  type: str
+  returned: always
 kept_images:
   description: The image tags matching O(kept_reference) on this node (C(repository:tag)); null without it or without Docker.
   type: list
@@ -312,6 +321,7 @@ DEPLOYMENT_OPTIONS = dict(
     records=dict(type="list", elements="path", default=[]),
     supervisor=dict(type="dict"),
     kept_reference=dict(type="str"),
+    door_image=dict(type="str"),
     firewall=dict(type="dict"),
     devices=dict(type="list", elements="path", default=[]),
     ray_container=dict(type="str"),

@@ -74,6 +74,7 @@ def probe_args(inputs, settings, result, node, paths):
             "kept_reference": records.kept_reference(settings["cluster_name"]), "devices": device_paths(settings),
             "firewall": {"table": paths["firewall_table"], "record": paths["firewall_record"]} if settings["firewall"] else None,
             "ray_container": container if head and ray else None, "disk": [paths["state_dir"]],
+            "door_image": door.image(settings) if head else None,
             "resolve": ((inputs["nodes"].get(node) or {}).get("ansible_host") or node) if head else None}
     return {k: v for k, v in args.items() if v not in (None, "")}
 
@@ -183,7 +184,8 @@ def plan_deployment(inputs, stage="full"):
     result["nodes"] = {n: plan_node(inputs, n, rank, head, cluster, node_env[n], argv_of) for rank, n in enumerate(order)}
     changes.decide_changes(inputs, result["nodes"], cluster, head)
     cluster["door"] = door.section(settings, head, result["nodes"][head]["paths"], inputs["endpoint"]["bind"], inputs.get("api_key_digest"),
-                                   nodes_check.probed_containers(inputs["nodes"][head]), findings)
+                                   nodes_check.probed_containers(inputs["nodes"][head]), findings,
+                                   image_present=bool((inputs["nodes"].get(head) or {}).get("door_image_id")))
     if cluster["door"]["change"] != "none":  # the door alone changes vLLM nothing: the apply starts it with the rest
         cluster["changes"].append("%s: %s %s" % (head, cluster["door"]["change"], cluster["door"]["container"]["name"]))
         cluster.update(apply_needed=True, join_gate_proven=False)

@@ -148,14 +148,20 @@ def plan(name, image, labels, listen, port, folder, socket_folder, key_digest):
             "keyless_status": UNAUTHORIZED_STATUS}
 
 
-def section(settings, head, paths, bind, key_digest, probed, findings):
+def image(settings):
+    """The door's image: the inventory's vllm_door_image, or the one built from DOCKERFILE."""
+    return settings.get("door_image") or IMAGE
+
+
+def section(settings, head, paths, bind, key_digest, probed, findings, image_present=False):
     """The door of a deployment on its head, and what the apply step does to it (module_utils/plan/shared.change:
-    none, create, start or recreate; one of its name that is not ours is refused)."""
+    none, create, start or recreate; one of its name that is not ours is refused). ``image_present``: the head's probe
+    found the door's image, so the apply builds nothing and asks Docker nothing about it."""
     name = container_name(settings, "door", head)
-    result = plan(name, settings.get("door_image") or IMAGE, container_labels.labels(settings["cluster_name"], head, "door"),
+    result = plan(name, image(settings), container_labels.labels(settings["cluster_name"], head, "door"),
                   bind or "0.0.0.0", settings["port"], paths["door_dir"], paths["door_socket_dir"], key_digest)
     result.update(host=head, change=shared.change(result["container"], True, probed, findings, head),
-                  dockerfile=DOCKERFILE)
+                  dockerfile=DOCKERFILE, image_present=bool(image_present))
     if int(settings["port"]) < 1024:  # its workers hold no capability, NET_BIND_SERVICE included
         findings.error(head, settings["port"], "vllm_port %s is below 1024: the front door binds it with no privilege, and cannot; "
                        "choose a port of 1024 or above (8000 by default), or put a proxy of yours in front" % settings["port"])

@@ -23,7 +23,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.unified_memor
 # What a deployment's read takes (the module's options of the same names); the rest is the node's.
 PER_DEPLOYMENT = ("gpu_memory_utilization", "memory_need", "image", "read_image", "image_cache_dir", "gpus", "containers", "serve_container",
                   "serve_state_file", "serve_state_file_host", "models_dir", "model", "revision", "ray_container", "paths", "records", "supervisor",
-                  "kept_reference", "devices", "resolve", "disk", "firewall")
+                  "kept_reference", "devices", "resolve", "disk", "firewall", "door_image")
 
 
 def docker_ps_argv(docker):
@@ -74,8 +74,9 @@ def up_front(specs, docker, smi):
     if containers:
         argvs.append(env_argv(docker, containers))
     for spec in specs.values():
-        if spec.get("image"):
-            argvs.append(image_id_argv(docker, spec["image"]))
+        for image in (spec.get("image"), spec.get("door_image")):
+            if image:
+                argvs.append(image_id_argv(docker, image))
         if spec.get("serve_container") and not spec.get("serve_state_file_host"):
             argvs.append(pg.read_argv(docker, spec["serve_container"], spec.get("serve_state_file") or SERVE_STATE_FILE))
         elif spec.get("serve_container"):
@@ -106,7 +107,7 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
     answers = {}
     for name, spec in specs.items():
         facts = dict(common, docker_ps=docker_ps, image_id=None, image=None, container_env={}, vllm=None,
-                     model_config=None, weights_bytes=None, kept_images=None)
+                     model_config=None, weights_bytes=None, kept_images=None, door_image_id=None)
         facts["memory"] = node_probe.memory(batch, warn, node["proc_root"], node["smi_path"], node["nvidia_smi"],
                                             spec.get("gpu_memory_utilization"), spec.get("memory_need"))
         facts.update(state=node_probe.state(spec.get("paths") or []), records=node_probe.records(spec.get("records") or []),
@@ -126,6 +127,8 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
                 facts["kept_images"] = kept(listed, spec["kept_reference"])
             if spec.get("image"):
                 facts["image_id"] = node_probe.image_id(batch, spec["image"], docker)
+            if spec.get("door_image"):  # the front door's image: the apply builds it only where the head lacks it
+                facts["door_image_id"] = node_probe.image_id(batch, spec["door_image"], docker)
             if spec.get("read_image") and facts["image_id"]:
                 facts["image"] = node_probe.image(batch, spec["image"], facts["image_id"], docker, spec.get("gpus"),
                                                   spec.get("image_cache_dir"), write_cache=not check_mode)

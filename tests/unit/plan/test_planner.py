@@ -476,6 +476,14 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     text = render.deployment(healthy)
     assert "Changes: none, every container and vLLM run as planned" in text
     assert "Join gate: every node and GPU has joined Ray (read by the head's probe)" in text
+    # the head's probe read the front door's image: the apply builds none and asks Docker nothing about it; a worker
+    # is not asked for it
+    asked = deployment.plan_deployment(spark_inputs(m25, tmp_path / "c"), "inventory")["nodes"]
+    assert asked["spark1"]["probe"]["door_image"] == "dgx-spark-vllm/door:1" and "door_image" not in asked["spark2"]["probe"]
+    assert healthy["cluster"]["door"]["image_present"] is False
+    held = copy.deepcopy(inputs)
+    held["nodes"]["spark1"]["door_image_id"] = "sha256:7d3f"
+    assert deployment.plan_deployment(held)["cluster"]["door"]["image_present"] is True
     # vLLM running another configuration (its hash differs, every container as planned) is restarted, and the plan
     # says so: it was not down
     other = copy.deepcopy(inputs)

@@ -161,3 +161,17 @@ def test_two_deployments_on_a_node_share_one_listing_of_kept_tags_and_one_inspec
     assert len(inspects) == 1 and inspects[0][-2:] == ["dgx-spark-chat-ray-sim-head", "dgx-spark-coder-ray-sim-head"]
     listed = ["dgx-spark-vllm-kept:dgx-spark-chat-0e535157a2c2", "dgx-spark-vllm-kept:dgx-spark-coder-0e535157a2c2"]
     assert node_read.kept(listed, specs["coder"]["kept_reference"]) == ["dgx-spark-vllm-kept:dgx-spark-coder-0e535157a2c2"]
+
+
+def test_the_head_reads_the_front_doors_image_with_the_rest():
+    """The front door's image is asked with the other commands (its inspect in the batch), so the plan knows whether the
+    apply must build it and the apply asks Docker nothing about it."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_read
+    specs = {"chat": {"image": "dgx-spark-sim/runtime:sim", "door_image": "dgx-spark-vllm/door:1"}}
+    argvs = node_read.up_front(specs, "docker", None)
+    assert node_read.image_id_argv("docker", "dgx-spark-vllm/door:1") in argvs
+    assert node_read.image_id_argv("docker", "dgx-spark-sim/runtime:sim") in argvs
+    there = runner([(node_read.image_id_argv("docker", "dgx-spark-vllm/door:1"), (0, "sha256:7d3f\n", ""))])
+    assert node_probe.image_id(there, "dgx-spark-vllm/door:1") == "sha256:7d3f"
+    missing = runner([])  # Docker: "No such image"
+    assert node_probe.image_id(missing, "dgx-spark-vllm/door:1") is None
