@@ -361,7 +361,8 @@ def bench_orchestration():
     line("teardown.yml", "%.1f" % seconds, "s", "<= 6 s")
     # Like with like: both inventories as they are, each with its Prometheus on the head (inventories/sim and
     # inventories/sim-models both set vllm_monitoring: true), so the ratio is what a second deployment costs, with the
-    # gateway it brings. The figure with monitoring off on both follows, without a target.
+    # gateway it brings. The two deployments' figure with their monitoring off follows, without a target (the single
+    # one is not measured again so).
     models = ["-i", os.path.join(ROOT, "inventories", "sim-models")]
     timed(["ansible-playbook", "playbooks/sim.yml"] + models)
     timed(["ansible-playbook", "playbooks/serve.yml"] + models)
