@@ -9,13 +9,28 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.urls import Request, make_context
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canary as canary_prompts, endpoint as ep
+
+
+_TLS = {}
+_TLS_LOCK = threading.Lock()
+
+
+def tls_context():
+    """The TLS context every request of this process uses: the default one, its CA certificates loaded once. open_url
+    and Request build and load a new one for each request, even a plain-HTTP one (about 40 ms of CPU each, a dozen of them for
+    two deployments and their gateway asked at once)."""
+    with _TLS_LOCK:
+        if "context" not in _TLS:
+            _TLS["context"] = make_context()
+        return _TLS["context"]
 
 
 class Client:
@@ -23,6 +38,7 @@ class Client:
         self.base = params["url"].rstrip("/")
         self.key = key_of(params)
         self.timeout = params["request_timeout"]
+        self.request = Request(timeout=self.timeout, context=tls_context())
 
     def headers(self):
         headers = {"Content-Type": "application/json"}
@@ -32,12 +48,12 @@ class Client:
 
     def get(self, path, keyless=False):
         headers = {} if keyless else self.headers()
-        response = open_url(self.base + path, method="GET", headers=headers, timeout=self.timeout)
+        response = self.request.open("GET", self.base + path, headers=headers)
         return response.getcode(), response.read()
 
     def post(self, path, body, keyless=False):
         headers = {"Content-Type": "application/json"} if keyless else self.headers()
-        return open_url(self.base + path, method="POST", data=json.dumps(body), headers=headers, timeout=self.timeout)
+        return self.request.open("POST", self.base + path, data=json.dumps(body), headers=headers)
 
 
 def port_open(url):
