@@ -21,8 +21,10 @@ def environ_vars(text):
 
 
 def nccl_transport(text, expect_ib=True, strict=False):
-    """The transport NCCL used, from a rank's log: its verdict, the transport and what the log says."""
-    return nccl_log.verdict(text, expect_ib=expect_ib, strict=strict)
+    """The transport NCCL used, from a rank's log (or the head's, as the read of the ranks' environments carries it):
+    its verdict, the transport and what the log says."""
+    log = parity.split_read(text)[1]
+    return nccl_log.verdict(text if log is None else log, expect_ib=expect_ib, strict=strict)
 
 
 def canary_reference(stored, answers, basis_now, recorded_at):

@@ -18,9 +18,14 @@ from __future__ import annotations
 import json
 import time
 
-# $0: pid file, $1: log file, then the command. setsid makes sh a session and group leader; exec
-# keeps its PID, so the PID written is the process group of vLLM and everything it spawns.
-LAUNCH_SCRIPT = 'echo $$ > "$0"; log="$1"; shift; exec "$@" >> "$log" 2>&1'
+# One docker exec starts vLLM and records it. $0: the state file, $1: the log file, then the command; the rest of the
+# state's JSON (all but its process group) comes on stdin. The command runs in the background under setsid: a
+# non-interactive sh starts it in its own shell's process group, so setsid makes it a session and group leader without
+# a fork, and its PID ($!) is the process group of vLLM and everything it spawns. Its output goes to the log, never to
+# the exec's pipes, so the exec returns at once; it prints the process group once the state file holds it.
+LAUNCH_SCRIPT = ('state="$0"; log="$1"; shift; mkdir -p "$(dirname "$state")" || exit 1; '
+                 'setsid sh -c \'log="$0"; exec "$@" >> "$log" 2>&1\' "$log" "$@" < /dev/null > /dev/null 2>&1 & '
+                 'pgid=$!; { printf \'{"pgid": %d, \' "$pgid"; cat; } > "$state" && echo "$pgid"')
 
 
 def exec_argv(docker, container, argv, detach=False, interactive=False):
@@ -32,8 +37,9 @@ def exec_argv(docker, container, argv, detach=False, interactive=False):
     return head + [container] + list(argv)
 
 
-def launch_argv(docker, container, argv, pid_file, log_file):
-    return exec_argv(docker, container, ["setsid", "sh", "-c", LAUNCH_SCRIPT, pid_file, log_file] + list(argv), detach=True)
+def launch_argv(docker, container, argv, state_file, log_file):
+    """Start ``argv`` and write its state file (the rest of the state's JSON on stdin): LAUNCH_SCRIPT."""
+    return exec_argv(docker, container, ["sh", "-c", LAUNCH_SCRIPT, state_file, log_file] + list(argv), interactive=True)
 
 
 def alive_argv(docker, container, pgid):
@@ -46,11 +52,6 @@ def signal_argv(docker, container, pgid, signal):
 
 def read_argv(docker, container, path):
     return exec_argv(docker, container, ["cat", path])
-
-
-def write_argv(docker, container, path):
-    """Writes stdin to ``path`` (the data is given to run_command, never to a shell)."""
-    return exec_argv(docker, container, ["sh", "-c", 'mkdir -p "$(dirname "$0")" && cat > "$0"', path], interactive=True)
 
 
 def remove_argv(docker, container, *paths):
@@ -102,26 +103,13 @@ class StartError(Exception):
     """vLLM could not be started; the message says where to look."""
 
 
-def start_group(run, docker, container, argv, config_hash, state_file, log_file, sleep=time.sleep, clock=time.time):
-    """Start ``argv`` detached in ``container`` as a process group and record it in ``state_file``: what the
-    vllm_process module does, and what the boot supervisor does when a node comes back (module_utils/plan/boot.py).
-    ``run(argv, data=None)`` returns (rc, stdout, stderr). Returns the process group; raises StartError."""
-    pid_file = state_file + ".pid"
-    run(remove_argv(docker, container, pid_file))
-    rc, out, err = run(launch_argv(docker, container, argv, pid_file, log_file))
-    if rc != 0:
-        raise StartError("could not start vLLM in %s: %s" % (container, (err or out).strip()))
-    pgid = None
-    for dummy in range(50):
-        rc, out, err = run(read_argv(docker, container, pid_file))
-        if rc == 0 and out.strip().isdigit():
-            pgid = int(out.strip())
-            break
-        sleep(0.2)
-    if pgid is None:
-        raise StartError("vLLM did not start in %s (no pid file %s); see %s there" % (container, pid_file, log_file))
-    state = {"pgid": pgid, "config_hash": config_hash, "argv": list(argv), "started_at": clock()}
-    rc, out, err = run(write_argv(docker, container, state_file), data=json.dumps(state))
-    if rc != 0:
-        raise StartError("could not write %s in %s: %s" % (state_file, container, (err or out).strip()))
-    return pgid
+def start_group(run, docker, container, argv, config_hash, state_file, log_file, clock=time.time):
+    """Start ``argv`` detached in ``container`` as a process group and record it in ``state_file``, in one docker exec:
+    what the vllm_process module does, and what the boot supervisor does when a node comes back
+    (module_utils/node/supervisor.py). ``run(argv, data=None)`` returns (rc, stdout, stderr). Returns the process group;
+    raises StartError."""
+    rest = json.dumps({"config_hash": config_hash, "argv": list(argv), "started_at": clock()})
+    rc, out, err = run(launch_argv(docker, container, argv, state_file, log_file), data=rest[1:])
+    if rc != 0 or not out.strip().isdigit():
+        raise StartError("could not start vLLM in %s: %s; see %s there" % (container, (err or out).strip() or "no process group", log_file))
+    return int(out.strip())

@@ -26,10 +26,24 @@ def parse_env_list(items):
     return env
 
 
+# The line after which a read of the ranks' environments carries the head's vLLM log (roles/vllm_serve/tasks/ranks.yml:
+# one docker exec on the head reads both).
+LOG_MARKER = "=== vLLM log of the head ==="
+
+
+def split_read(text):
+    """A read of the ranks' environments: (their environments, the vLLM log after LOG_MARKER or None)."""
+    env, sep, log = (text or "").partition("\n" + LOG_MARKER + "\n")
+    if not sep and (text or "").startswith(LOG_MARKER + "\n"):
+        return "", text[len(LOG_MARKER) + 1:]
+    return env, (log if sep else None)
+
+
 def parse_environ_dump(text):
-    """Output of ``tr '\\0' '\\n' < /proc/PID/environ`` for several processes, separated by '---' lines."""
+    """Output of ``tr '\\0' '\\n' < /proc/PID/environ`` for several processes, separated by '---' lines (what
+    follows LOG_MARKER is not an environment)."""
     blocks, current = [], {}
-    for line in (text or "").splitlines():
+    for line in split_read(text)[0].splitlines():
         if line.strip() == "---":
             if current:
                 blocks.append(current)

@@ -9,6 +9,7 @@ import subprocess
 import yaml
 
 from ansible_collections.dgx_spark.vllm.plugins.filter import bench, door, gateway, host_guard, model, records, ring, serve, state, verify
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import parity
 
 from helpers import ROOT, read_fixture
 
@@ -117,3 +118,15 @@ def test_the_host_guard_files_and_the_swap_layout_name_each_finding():
     found = host_guard.swap_findings(["60", "/swap.img", "/dev/zram0"], "spark1", 10, False)
     assert found[0].startswith("spark1: vm.swappiness is 60, above 10") and "swap on disk (/swap.img)" in found[1]
     assert host_guard.swap_findings(["10", "/swap.img"], "spark1", 10, True) == []
+
+
+def test_one_read_of_the_head_gives_the_ranks_environments_and_the_transport_from_its_log():
+    # ranks.yml reads both in one exec; a log line that looks like an environment or a '---' is not taken as one
+    log = "--- a line of the log ---\nNCCL_SOCKET_IFNAME=not-an-env\n" + read_fixture("nccl", "nccl-socket-fallback.log")
+    text = "NCCL_IB_HCA=rocep1s0f1\nVLLM_HOST_IP=10.210.0.10\n---\n" + parity.LOG_MARKER + "\n" + log
+    assert verify.environ_vars(text) == [{"NCCL_IB_HCA": "rocep1s0f1", "VLLM_HOST_IP": "10.210.0.10"}]
+    assert verify.nccl_transport(text, expect_ib=True, strict=True) == verify.nccl_transport(log, expect_ib=True, strict=True)
+    assert verify.nccl_transport(text, expect_ib=True, strict=True)["status"] == "fallback"
+    assert verify.environ_vars(parity.LOG_MARKER + "\n" + log) == []  # no rank yet: ranks.yml asks again
+    with open(os.path.join(ROOT, "roles", "vllm_serve", "tasks", "ranks.yml"), encoding="utf-8") as handle:
+        assert 'echo "%s"' % parity.LOG_MARKER in handle.read()

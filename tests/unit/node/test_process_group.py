@@ -19,11 +19,29 @@ def test_process_decisions(state, running, hash_, wanted, action):
 
 
 def test_process_group_argv_never_interpolates():
-    argv = process_group.launch_argv("docker", "c", ["vllm", "serve", "m; rm -rf /"], "/run/p", "/logs/l")
-    assert argv[:6] == ["docker", "exec", "-d", "c", "setsid", "sh"]
-    assert argv[-1] == "m; rm -rf /" and argv[6:8] == ["-c", process_group.LAUNCH_SCRIPT]
+    argv = process_group.launch_argv("docker", "c", ["vllm", "serve", "m; rm -rf /"], "/run/vllm.json", "/logs/l")
+    assert argv[:7] == ["docker", "exec", "-i", "c", "sh", "-c", process_group.LAUNCH_SCRIPT]
+    assert argv[7:] == ["/run/vllm.json", "/logs/l", "vllm", "serve", "m; rm -rf /"]
     assert process_group.signal_argv("docker", "c", 42, "TERM")[-3:] == ["-TERM", "--", "-42"]
     assert process_group.parse_state('{"pgid": 42}') == {"pgid": 42} and process_group.parse_state("junk") is None
+
+
+def test_one_exec_starts_the_group_and_records_its_state():
+    asked = []
+
+    def run(argv, data=None):
+        asked.append((argv, data))
+        return 0, "4242\n", ""
+    assert process_group.start_group(run, "docker", "c", ["vllm", "serve"], "h", "/run/vllm.json", "/logs/l", clock=lambda: 7.0) == 4242
+    assert len(asked) == 1 and asked[0][0][:3] == ["docker", "exec", "-i"]
+    # the script prefixes the process group: what it writes is the state parse_state reads back
+    written = process_group.parse_state('{"pgid": 4242, ' + asked[0][1])
+    assert written == {"pgid": 4242, "config_hash": "h", "argv": ["vllm", "serve"], "started_at": 7.0}
+
+
+def test_a_launch_that_prints_no_process_group_is_refused_with_where_to_look():
+    with pytest.raises(process_group.StartError, match="could not start vLLM in c: setsid: not found; see /logs/l there"):
+        process_group.start_group(lambda argv, data=None: (127, "", "setsid: not found"), "docker", "c", ["vllm"], "h", "/run/s", "/logs/l")
 
 
 class Group:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, supervisor
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, process_group, supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot, deployment, profiles
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import canary
@@ -136,10 +136,8 @@ class FakeNode(supervisor.Ops):
             return 0, self.ray, ""
         if argv[1] == "exec" and argv[3:5] == ["kill", "-0"]:
             return (0, "", "") if self.pgid else (1, "", "")
-        if argv[1] == "exec" and argv[2] == "-d":  # the launch
+        if argv[1] == "exec" and argv[4:6] == ["sh", "-c"] and argv[6] == process_group.LAUNCH_SCRIPT:  # the launch
             self.pgid = 4242
-            return 0, "", ""
-        if argv[1] == "exec" and argv[-1].endswith(".pid"):
             return 0, "4242\n", ""
         return 0, "", ""
 
@@ -171,11 +169,11 @@ def test_a_head_that_boots_starts_in_order_and_only_when_every_node_joined():
     node.ray = json.dumps(one)
     state, detail, did = supervisor.look(config, node, memo)
     assert (state, did) == ("waiting", None) and detail.startswith("every node and GPU joined: missing nodes: 10.210.0.11")
-    assert not any(c[:3] == ["docker", "exec", "-d"] for c in node.calls)  # no vLLM before the gate
+    assert not any(process_group.LAUNCH_SCRIPT in c for c in node.calls)  # no vLLM before the gate
     node.ray = read_fixture("ray", "sim-two-nodes.json")
     assert supervisor.look(config, node, memo) == ("starting", "vLLM runs in head", "started vLLM in head (process group 4242)")
-    launch = [c for c in node.calls if c[:3] == ["docker", "exec", "-d"]][0]
-    assert launch[-2:] == ["/dgx-spark/bin/vllm-serve", "m"] and "setsid" in launch
+    launch = [c for c in node.calls if process_group.LAUNCH_SCRIPT in c][0]
+    assert launch[-2:] == ["/dgx-spark/bin/vllm-serve", "m"] and "setsid" in " ".join(launch)
     assert supervisor.look(config, node, memo) == ("waiting", "the endpoint answers: not answering 200 yet", None)
     node.healthy = True
     state, detail, did = supervisor.look(config, node, memo)
@@ -386,7 +384,7 @@ def test_a_vllm_that_keeps_dying_is_started_three_times_then_left_with_the_reaso
         node.pgid = None  # it dies while loading
     state, detail, did = supervisor.look(head_config(), node, memo)
     assert (state, did) == ("failed", None) and "started 3 times without the node serving" in detail
-    launches = [c for c in node.calls if c[:3] == ["docker", "exec", "-d"]]
+    launches = [c for c in node.calls if process_group.LAUNCH_SCRIPT in c]
     assert len(launches) == supervisor.MAX_STARTS
 
 
@@ -489,7 +487,7 @@ def test_without_its_firewall_table_the_node_starts_nothing_and_says_why():
                       "answer anyone. Run serve.yml (it loads the table again), or systemctl restart dgx-spark-vllm-firewall-lab.service")
     node.table = listing + "# a rule added by hand\n"
     assert "differs from the one serve.yml loaded" in supervisor.look(config, node, {})[1]
-    assert not any(c[1] in ("start", "restart") or c[:3] == ["docker", "exec", "-d"] for c in node.calls)
+    assert not any(c[1] in ("start", "restart") or process_group.LAUNCH_SCRIPT in c for c in node.calls)
     node.table = listing
     assert supervisor.look(config, node, {}) == ("starting", "container head runs", "started container head")
 
