@@ -201,7 +201,8 @@ class Endpoints:
             server.shutdown()
 
 
-def test_several_endpoints_are_asked_at_once_each_with_the_key_in_its_own_file(tmp_path):
+def ask_two(tmp_path):
+    """A chat endpoint and a gateway, each with its own key file, asked at once: (the results, their URLs)."""
     (tmp_path / "a").write_text("key-a\n")
     (tmp_path / "b").write_text("key-b\n")
     served = Endpoints(["key-a", "key-b"])
@@ -214,8 +215,13 @@ def test_several_endpoints_are_asked_at_once_each_with_the_key_in_its_own_file(t
         found = endpoint_check.check_all(dict(params, endpoints=[dict(defaults, **e) for e in entries], wait=5), [].append)
     finally:
         served.close()
+    return found, [served.url(0), served.url(1)]
+
+
+def test_several_endpoints_are_asked_at_once_each_with_the_key_in_its_own_file(tmp_path):
+    found, urls = ask_two(tmp_path)
     assert [(f["name"], f["url"], f["ready"], f["first_token"], f["errors"]) for f in found] == [
-        ("chat", served.url(0), True, "Hi", []), ("gateway", served.url(1), True, "Hi", [])]
+        ("chat", urls[0], True, "Hi", []), ("gateway", urls[1], True, "Hi", [])]
     assert found[1]["refused_without_key"] is True and found[0]["refused_without_key"] is None
     assert endpoint_check.errors_of({"endpoints": found}) == []
 
@@ -229,22 +235,11 @@ def test_a_key_file_that_cannot_be_read_is_named_in_that_endpoints_errors(tmp_pa
 
 
 def test_the_tls_context_is_built_once_per_process_not_per_request(tmp_path, monkeypatch):
-    # Each context loads the system's CA certificates (about 40 ms of CPU); a check of two deployments and their
+    # Each context loads the system's CA certificates (about 16 ms of CPU); a check of two deployments and their
     # gateway sends a dozen requests, all at once on a 2-core controller.
     built = []
     monkeypatch.setattr(endpoint_check, "_TLS", {})
     monkeypatch.setattr(endpoint_check, "make_context", lambda: built.append(1) or object())
-    (tmp_path / "a").write_text("key-a\n")
-    (tmp_path / "b").write_text("key-b\n")
-    served = Endpoints(["key-a", "key-b"])
-    try:
-        entries = [{"name": "chat", "url": served.url(0), "model": "m-key-a", "api_key_file": str(tmp_path / "a")},
-                   {"name": "gateway", "url": served.url(1), "model": "m-key-b", "api_key_file": str(tmp_path / "b"),
-                    "refused_without_key": True}]
-        params = {k: v.get("default") for k, v in endpoint_check.ARGUMENT_SPEC.items()}
-        defaults = {k: v.get("default") for k, v in endpoint_check.ENDPOINT_OPTIONS.items()}
-        found = endpoint_check.check_all(dict(params, endpoints=[dict(defaults, **e) for e in entries], wait=5), [].append)
-    finally:
-        served.close()
+    found, dummy = ask_two(tmp_path)
     assert [(f["ready"], f["first_token"], f["errors"]) for f in found] == [(True, "Hi", []), (True, "Hi", [])]
     assert len(built) == 1
