@@ -49,6 +49,12 @@ import sys
 import time
 
 SPARK_STATE = "/var/lib/dgx-spark-vllm"
+# The nodes' containers, each node's under a cgroup of its own below this one, which gets a low CPU weight (v1: 128 of a
+# task's 1024 shares; v2: 12 of the default 100). On a Spark the controller is another machine; here it shares this
+# machine's cores with every node, and each vLLM rank spins a core for a second after every request (vLLM's
+# shm_broadcast busy loop). Weighted low, the nodes' work yields to the controller's, as if it ran on a machine of its
+# own; with nothing else to run, the nodes still get every core.
+NODES_CGROUP, CPU_SHARES, CPU_WEIGHT = "dgx-spark-sim", 128, 12
 MGMT_IF, FABRIC_IF = "enP7s7", "enp1s0f1np1"  # a Spark's 10 GbE port and its ConnectX port on the fabric
 
 
@@ -137,6 +143,22 @@ def rename_interfaces(container_pid, addresses):
         if wanted and name != wanted:
             for argv in (["link", "set", name, "down"], ["link", "set", name, "name", wanted], ["link", "set", wanted, "up"]):
                 subprocess.run(enter + argv, check=True)
+
+
+def cpu_group(node):
+    """The --cgroup-parent of the node's dockerd (/dgx-spark-sim/<node>), its parent made with the nodes' low CPU weight
+    (NODES_CGROUP); None where this machine's cgroups cannot be written (the nodes then share the cores evenly with the
+    controller, as they did before)."""
+    v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+    folder, name, value = (("/sys/fs/cgroup/" + NODES_CGROUP, "cpu.weight", CPU_WEIGHT) if v2
+                           else ("/sys/fs/cgroup/cpu/" + NODES_CGROUP, "cpu.shares", CPU_SHARES))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+            handle.write("%d\n" % value)
+    except OSError:
+        return None
+    return "/%s/%s" % (NODES_CGROUP, node)
 
 
 def make_devices(folder):
@@ -241,6 +263,9 @@ def start(p, node, container_pid, addresses):
             p["shm"],
             "dockerd", "--data-root", p["data"], "--exec-root", p["exec"], "--pidfile", p["pidfile"],
             "--host", "unix://" + p["sock"], "--add-runtime", "nvidia=runc", "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"]
+    group = cpu_group(node)
+    if group:
+        argv += ["--cgroup-parent", group]
     env = dict(os.environ, PATH=p["bin"] + os.pathsep + os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"))
     with open(p["log"], "ab") as log:
         subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)  # pylint: disable=consider-using-with
