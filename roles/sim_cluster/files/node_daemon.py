@@ -145,13 +145,13 @@ def rename_interfaces(container_pid, addresses):
                 subprocess.run(enter + argv, check=True)
 
 
-def cpu_group(node):
+def cpu_group(node, cgroups="/sys/fs/cgroup"):
     """The --cgroup-parent of the node's dockerd (/dgx-spark-sim/<node>), its parent made with the nodes' low CPU weight
     (NODES_CGROUP); None where this machine's cgroups cannot be written (the nodes then share the cores evenly with the
     controller, as they did before)."""
-    v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
-    folder, name, value = (("/sys/fs/cgroup/" + NODES_CGROUP, "cpu.weight", CPU_WEIGHT) if v2
-                           else ("/sys/fs/cgroup/cpu/" + NODES_CGROUP, "cpu.shares", CPU_SHARES))
+    v2 = os.path.exists(os.path.join(cgroups, "cgroup.controllers"))
+    folder, name, value = ((os.path.join(cgroups, NODES_CGROUP), "cpu.weight", CPU_WEIGHT) if v2
+                           else (os.path.join(cgroups, "cpu", NODES_CGROUP), "cpu.shares", CPU_SHARES))
     try:
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:

@@ -38,3 +38,21 @@ def test_the_store_is_claimed_once_per_node_made_anew_and_a_power_cycle_keeps_th
     assert node_daemon.claim_store(p) is True  # made anew: its former containers go
     assert node_daemon.claim_store(p) is False  # started again (a power cycle, a daemon found answering): they stay
     assert os.path.dirname(p["attached"]) == p["run"] and p["run"].startswith(os.path.join(str(tmp_path), "nodes", "sim-head"))
+
+
+def test_the_nodes_containers_get_a_low_cpu_weight_on_either_cgroup_version(tmp_path):
+    # cgroup v1: a cpu hierarchy of its own, shares against a task's 1024; v2: one tree, cpu.weight against 100
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    assert node_daemon.cpu_group("sim-head", str(v1)) == "/dgx-spark-sim/sim-head"
+    assert (v1 / "cpu" / "dgx-spark-sim" / "cpu.shares").read_text() == "128\n"
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpu memory\n")
+    assert node_daemon.cpu_group("sim-worker1", str(v2)) == "/dgx-spark-sim/sim-worker1"
+    assert (v2 / "dgx-spark-sim" / "cpu.weight").read_text() == "12\n"
+
+
+def test_a_machine_whose_cgroups_cannot_be_written_starts_the_daemon_without_a_parent(tmp_path):
+    (tmp_path / "cpu").write_text("not a folder")
+    assert node_daemon.cpu_group("sim-head", str(tmp_path)) is None
