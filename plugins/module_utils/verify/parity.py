@@ -32,11 +32,13 @@ LOG_MARKER = "=== vLLM log of the head ==="
 
 
 def split_read(text):
-    """A read of the ranks' environments: (their environments, the vLLM log after LOG_MARKER or None)."""
-    env, sep, log = (text or "").partition("\n" + LOG_MARKER + "\n")
-    if not sep and (text or "").startswith(LOG_MARKER + "\n"):
-        return "", text[len(LOG_MARKER) + 1:]
-    return env, (log if sep else None)
+    """A read of the ranks' environments: (their environments, the vLLM log after the LOG_MARKER line, or None when the
+    read carries none). The marker may end the text: Ansible's command module drops the newlines an empty log leaves."""
+    lines = (text or "").split("\n")
+    if LOG_MARKER not in lines:
+        return text or "", None
+    at = lines.index(LOG_MARKER)
+    return "\n".join(lines[:at]), "\n".join(lines[at + 1:])
 
 
 def parse_environ_dump(text):

@@ -145,13 +145,18 @@ def rename_interfaces(container_pid, addresses):
                 subprocess.run(enter + argv, check=True)
 
 
-def cpu_group(node, cgroups="/sys/fs/cgroup"):
+def cpu_group(node, cgroups="/sys/fs/cgroup", systemd="/run/systemd/system"):
     """The --cgroup-parent of the node's dockerd (/dgx-spark-sim/<node>), its parent made with the nodes' low CPU weight
-    (NODES_CGROUP); None where this machine's cgroups cannot be written (the nodes then share the cores evenly with the
-    controller, as they did before)."""
+    (NODES_CGROUP). None, and the nodes share the cores evenly with the controller as they did before, where this
+    machine runs systemd (its Docker's cgroup driver may be systemd's, which takes only a slice as a parent) or its CPU
+    controller cannot be written."""
+    if os.path.isdir(systemd):
+        return None
     v2 = os.path.exists(os.path.join(cgroups, "cgroup.controllers"))
-    folder, name, value = ((os.path.join(cgroups, NODES_CGROUP), "cpu.weight", CPU_WEIGHT) if v2
-                           else (os.path.join(cgroups, "cpu", NODES_CGROUP), "cpu.shares", CPU_SHARES))
+    root, name, value = ((cgroups, "cpu.weight", CPU_WEIGHT) if v2 else (os.path.join(cgroups, "cpu"), "cpu.shares", CPU_SHARES))
+    if not v2 and not os.path.exists(os.path.join(root, name)):  # no cpu hierarchy: a folder there would weigh nothing
+        return None
+    folder = os.path.join(root, NODES_CGROUP)
     try:
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:

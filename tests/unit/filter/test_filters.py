@@ -130,3 +130,11 @@ def test_one_read_of_the_head_gives_the_ranks_environments_and_the_transport_fro
     assert verify.environ_vars(parity.LOG_MARKER + "\n" + log) == []  # no rank yet: ranks.yml asks again
     with open(os.path.join(ROOT, "roles", "vllm_serve", "tasks", "ranks.yml"), encoding="utf-8") as handle:
         assert 'echo "%s"' % parity.LOG_MARKER in handle.read()
+
+
+def test_an_empty_head_log_is_read_as_empty_not_as_missing():
+    # the command module drops trailing newlines: an empty log leaves the marker last, with no newline after it
+    text = "NCCL_IB_HCA=rocep1s0f1\n---\n" + parity.LOG_MARKER
+    assert parity.split_read(text) == ("NCCL_IB_HCA=rocep1s0f1\n---", "")
+    assert verify.nccl_transport(text) == verify.nccl_transport("")
+    assert parity.split_read("A=1\n---") == ("A=1\n---", None)

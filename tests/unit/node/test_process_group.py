@@ -1,5 +1,11 @@
 """process_group: vLLM's process group, argv builders and decisions (fact 3)."""
 
+import os
+import shutil
+import signal
+import subprocess
+import time
+
 import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group
@@ -39,9 +45,55 @@ def test_one_exec_starts_the_group_and_records_its_state():
     assert written == {"pgid": 4242, "config_hash": "h", "argv": ["vllm", "serve"], "started_at": 7.0}
 
 
-def test_a_launch_that_prints_no_process_group_is_refused_with_where_to_look():
-    with pytest.raises(process_group.StartError, match="could not start vLLM in c: setsid: not found; see /logs/l there"):
-        process_group.start_group(lambda argv, data=None: (127, "", "setsid: not found"), "docker", "c", ["vllm"], "h", "/run/s", "/logs/l")
+def launch_here(tmp_path, argv, state=None, env=None):
+    """LAUNCH_SCRIPT run by this machine's dash, as `docker exec -i <container> sh -c` runs it in a container: what
+    start_group sees, and the state file's path."""
+    state = state or str(tmp_path / "run" / "vllm.json")
+
+    def run(args, data=None):
+        done = subprocess.run([shutil.which("dash")] + args[5:], input=data, capture_output=True, text=True, timeout=10, check=False,
+                              env=env)
+        return done.returncode, done.stdout, done.stderr
+    return (lambda: process_group.start_group(run, "docker", "c", argv, "h", state, str(tmp_path / "vllm.log"))), state
+
+
+def test_the_launch_script_starts_its_own_group_writes_its_state_and_returns_at_once(tmp_path):
+    odd = 'x; rm -rf / "$(id)" \'a\'\nb'  # data, never a script
+    start, state = launch_here(tmp_path, ["sh", "-c", 'echo "started $1"; exec sleep 30', "sh", odd])
+    began = time.monotonic()
+    pgid = start()
+    try:
+        assert time.monotonic() - began < 2  # the background command holds none of the exec's pipes
+        assert os.getpgid(pgid) == os.getsid(pgid) == pgid  # vLLM's own session and group: stop_group ends them all
+        with open(state, encoding="utf-8") as handle:
+            assert process_group.parse_state(handle.read())["argv"][-1] == odd
+        for dummy in range(50):
+            if (tmp_path / "vllm.log").exists() and odd in (tmp_path / "vllm.log").read_text():
+                break
+            time.sleep(0.05)
+        assert (tmp_path / "vllm.log").read_text() == "started %s\n" % odd
+    finally:
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def test_a_launch_whose_state_cannot_be_written_leaves_nothing_running(tmp_path):
+    (tmp_path / "run" / "vllm.json").mkdir(parents=True)  # the state path is a folder
+    start, dummy = launch_here(tmp_path, ["sleep", "30"])
+    with pytest.raises(process_group.StartError, match="its state could not be written .* it was stopped; see .*vllm.log there"):
+        start()
+    time.sleep(0.2)
+    assert subprocess.run(["pgrep", "-f", "^sleep 30$"], capture_output=True, check=False).stdout == b""
+
+
+def test_a_launch_that_makes_no_process_group_is_refused_with_where_to_look(tmp_path):
+    bin_dir = tmp_path / "bin"  # every tool the script calls but setsid
+    bin_dir.mkdir()
+    for tool in ("mkdir", "dirname", "sleep", "cat", "sh"):
+        os.symlink(shutil.which(tool), bin_dir / tool)
+    start, dummy = launch_here(tmp_path, ["sleep", "30"], env={"PATH": str(bin_dir)})
+    with pytest.raises(process_group.StartError, match="it made no process group; see .*vllm.log there"):
+        start()
+    assert "setsid" in (tmp_path / "vllm.log").read_text()  # what failed is in the log it names
 
 
 class Group:

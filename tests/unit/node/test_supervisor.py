@@ -173,7 +173,8 @@ def test_a_head_that_boots_starts_in_order_and_only_when_every_node_joined():
     node.ray = read_fixture("ray", "sim-two-nodes.json")
     assert supervisor.look(config, node, memo) == ("starting", "vLLM runs in head", "started vLLM in head (process group 4242)")
     launch = [c for c in node.calls if process_group.LAUNCH_SCRIPT in c][0]
-    assert launch[-2:] == ["/dgx-spark/bin/vllm-serve", "m"] and "setsid" in " ".join(launch)
+    assert launch[4:] == ["sh", "-c", process_group.LAUNCH_SCRIPT, "/dgx-spark/run/vllm.json", "/dgx-spark/logs/vllm.log",
+                          "/dgx-spark/bin/vllm-serve", "m"]
     assert supervisor.look(config, node, memo) == ("waiting", "the endpoint answers: not answering 200 yet", None)
     node.healthy = True
     state, detail, did = supervisor.look(config, node, memo)

@@ -44,15 +44,29 @@ def test_the_nodes_containers_get_a_low_cpu_weight_on_either_cgroup_version(tmp_
     # cgroup v1: a cpu hierarchy of its own, shares against a task's 1024; v2: one tree, cpu.weight against 100
     v1 = tmp_path / "v1"
     (v1 / "cpu").mkdir(parents=True)
-    assert node_daemon.cpu_group("sim-head", str(v1)) == "/dgx-spark-sim/sim-head"
+    (v1 / "cpu" / "cpu.shares").write_text("1024\n")
+    no_systemd = str(tmp_path / "no-systemd")
+    assert node_daemon.cpu_group("sim-head", str(v1), no_systemd) == "/dgx-spark-sim/sim-head"
     assert (v1 / "cpu" / "dgx-spark-sim" / "cpu.shares").read_text() == "128\n"
     v2 = tmp_path / "v2"
     v2.mkdir()
     (v2 / "cgroup.controllers").write_text("cpu memory\n")
-    assert node_daemon.cpu_group("sim-worker1", str(v2)) == "/dgx-spark-sim/sim-worker1"
+    assert node_daemon.cpu_group("sim-worker1", str(v2), no_systemd) == "/dgx-spark-sim/sim-worker1"
     assert (v2 / "dgx-spark-sim" / "cpu.weight").read_text() == "12\n"
 
 
-def test_a_machine_whose_cgroups_cannot_be_written_starts_the_daemon_without_a_parent(tmp_path):
-    (tmp_path / "cpu").write_text("not a folder")
-    assert node_daemon.cpu_group("sim-head", str(tmp_path)) is None
+def test_no_parent_where_the_weight_cannot_be_set_or_docker_may_want_a_systemd_slice(tmp_path):
+    no_systemd = str(tmp_path / "no-systemd")
+    (tmp_path / "flat").mkdir()  # v1 without a cpu hierarchy
+    assert node_daemon.cpu_group("sim-head", str(tmp_path / "flat"), no_systemd) is None
+    assert not (tmp_path / "flat" / "cpu").exists()
+    (tmp_path / "ro" / "cpu").mkdir(parents=True)
+    (tmp_path / "ro" / "cpu" / "cpu.shares").write_text("1024\n")
+    (tmp_path / "ro" / "cpu" / "dgx-spark-sim").write_text("not a folder")  # as a read-only or odd machine fails
+    assert node_daemon.cpu_group("sim-head", str(tmp_path / "ro"), no_systemd) is None
+    (tmp_path / "systemd").mkdir()
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpu\n")
+    assert node_daemon.cpu_group("sim-head", str(v2), str(tmp_path / "systemd")) is None
+    assert not (v2 / "dgx-spark-sim").exists()
