@@ -21,20 +21,19 @@ import time
 # One docker exec starts vLLM and records it. $0: the state file, $1: the log file, then the command; the rest of the
 # state's JSON (all but its process group) comes on stdin. The command runs in the background under setsid: a
 # non-interactive sh starts it in the shell's own process group, so setsid makes it a session and group leader without
-# a fork, and its PID ($!) becomes the process group of vLLM and everything it spawns. Its output, setsid's included,
-# goes to the log, never to the exec's pipes, so the exec returns at once. The script waits (2 s at most) until that
-# process group exists, writes the state and prints the group; a start that made no group, or whose state could not
-# be written, ends what it started and exits non-zero: nothing runs that the state file does not name. (dash's kill
+# a fork, and its PID ($!) is the process group of vLLM and everything it spawns. Its output, setsid's included, goes
+# to the log, never to the exec's pipes, so the exec returns at once; it prints the process group once the state file
+# holds it. A container without setsid is refused before anything starts; a state file that cannot be written stops
+# what was started (nothing runs that the state file does not name). A vLLM that dies at once is recorded all the
+# same: the wait that follows (vllm_process, the supervisor) finds it gone and shows the end of its log. (dash's kill
 # takes a group as -N and no "--".)
-LAUNCH_SCRIPT = ('state="$0"; log="$1"; shift; mkdir -p -- "$(dirname -- "$state")" || exit 1; '
+LAUNCH_SCRIPT = ('state="$0"; log="$1"; shift; '
+                 'command -v setsid > /dev/null || { echo "no setsid in this container" >&2; exit 1; }; '
+                 'mkdir -p -- "$(dirname -- "$state")" || exit 1; '
                  'setsid sh -c \'log="$0"; exec "$@" >> "$log" 2>&1\' "$log" "$@" < /dev/null >> "$log" 2>&1 & '
-                 'pgid=$!; tries=0; '
-                 'until kill -0 -"$pgid" 2>/dev/null; do '
-                 'tries=$((tries + 1)); '
-                 'if [ "$tries" -gt 100 ]; then kill -KILL "$pgid" 2>/dev/null; echo "it made no process group" >&2; exit 1; fi; '
-                 'sleep 0.02; done; '
-                 '{ printf \'{"pgid": %d, \' "$pgid"; cat; } > "$state" '
-                 '|| { kill -KILL -"$pgid"; echo "its state could not be written to $state; it was stopped" >&2; exit 1; }; '
+                 'pgid=$!; { printf \'{"pgid": %d, \' "$pgid"; cat; } > "$state" '
+                 '|| { kill -KILL -"$pgid" 2>/dev/null || kill -KILL "$pgid"; '
+                 'echo "its state could not be written to $state; it was stopped" >&2; exit 1; }; '
                  'echo "$pgid"')
 
 

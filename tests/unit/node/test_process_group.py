@@ -85,15 +85,27 @@ def test_a_launch_whose_state_cannot_be_written_leaves_nothing_running(tmp_path)
     assert subprocess.run(["pgrep", "-f", "^sleep 30$"], capture_output=True, check=False).stdout == b""
 
 
-def test_a_launch_that_makes_no_process_group_is_refused_with_where_to_look(tmp_path):
+def test_a_container_without_setsid_is_refused_before_anything_starts(tmp_path):
     bin_dir = tmp_path / "bin"  # every tool the script calls but setsid
     bin_dir.mkdir()
-    for tool in ("mkdir", "dirname", "sleep", "cat", "sh"):
+    for tool in ("mkdir", "dirname", "cat", "sh"):
         os.symlink(shutil.which(tool), bin_dir / tool)
-    start, dummy = launch_here(tmp_path, ["sleep", "30"], env={"PATH": str(bin_dir)})
-    with pytest.raises(process_group.StartError, match="it made no process group; see .*vllm.log there"):
+    start, state = launch_here(tmp_path, ["sleep", "30"], env={"PATH": str(bin_dir)})
+    with pytest.raises(process_group.StartError, match="could not start vLLM in c: no setsid in this container; see .*vllm.log there"):
         start()
-    assert "setsid" in (tmp_path / "vllm.log").read_text()  # what failed is in the log it names
+    assert not os.path.exists(state)
+
+
+def test_a_vllm_that_dies_at_once_is_recorded_for_the_wait_to_find_gone_with_its_log(tmp_path):
+    start, state = launch_here(tmp_path, ["sh", "-c", "echo 'vllm: this image is broken on purpose'; exit 1"])
+    pgid = start()
+    with open(state, encoding="utf-8") as handle:
+        assert process_group.parse_state(handle.read())["pgid"] == pgid
+    for dummy in range(50):
+        if (tmp_path / "vllm.log").exists() and (tmp_path / "vllm.log").read_text():
+            break
+        time.sleep(0.05)
+    assert (tmp_path / "vllm.log").read_text() == "vllm: this image is broken on purpose\n"
 
 
 class Group:
