@@ -131,11 +131,12 @@ log_tail:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import Request, make_context
+from ansible.module_utils.urls import Request
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report.progress import load_progress
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify.endpoint_check import tls_context
 
 LOAD_LINES = 400  # of vLLM's log read for RV(progress): its load's lines are among the last ones while it loads
 ALIVE_EVERY = 5  # seconds between liveness looks while waiting: each is a docker exec on a node that is loading a model
@@ -150,7 +151,6 @@ class Process:
         self.docker = module.params["docker"]
         self.container = module.params["container"]
         self.state_file = module.params["state_file"]
-        self.request = None
 
     def tail(self, lines=None):
         rc, out, err = run(self.module, pg.exec_argv(self.docker, self.container,
@@ -158,12 +158,10 @@ class Process:
         return out.splitlines() if rc == 0 else [(err or out).strip()]
 
     def healthy(self, url):
-        # One TLS context for the whole wait: open_url builds one and loads the CA certificates on every call, plain HTTP
-        # and refused connections too (about 16 ms of CPU, four times a second, taken from the model's load).
-        if self.request is None:
-            self.request = Request(timeout=5, context=make_context())
+        # The process's one TLS context (endpoint_check.tls_context): open_url loads the CA certificates on every call,
+        # plain HTTP and refused connections too (about 16 ms of CPU, four times a second, taken from the model's load).
         try:
-            return self.request.open("GET", url).getcode() == 200
+            return Request(timeout=5, context=tls_context()).open("GET", url).getcode() == 200
         except Exception:  # pylint: disable=broad-except
             return False
 
