@@ -1,11 +1,13 @@
 """Shared helpers of the unit tests: fixture paths and trees rebuilt from captures."""
 
+import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
 FIXTURES = os.path.join(HERE, "fixtures")
 GOLDEN = os.path.join(HERE, "golden")
+MODEL_REPO = "dgx-spark-sim/sim-tiny"  # the captured fetch's (fixtures/model)
 
 
 def fixture(*parts):
@@ -164,3 +166,36 @@ def cable(a, b, subnet=None):
     if subnet:
         link["subnet"] = subnet
     return link
+
+
+def make_cache(models_dir, manifest, skip=(), sizes=None, record=False):
+    """The layout snapshot_download leaves for the captured fetch (fixtures/model: the simulated hub's sim-tiny):
+    blobs/<etag>, snapshots/<commit>/<file> -> ../../blobs/<etag>, refs/main; with ``record``, the manifest the
+    fetch keeps beside it (what the head holds)."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import model_files as mf
+    with open(fixture("model", "model.safetensors.index.json"), encoding="utf-8") as handle:
+        index = json.load(handle)
+    root = os.path.join(models_dir, "huggingface", "hub", mf.repo_folder(MODEL_REPO))
+    snapshot = os.path.join(root, "snapshots", manifest["commit"])
+    os.makedirs(os.path.join(root, "blobs"))
+    os.makedirs(os.path.join(root, "refs"))
+    with open(os.path.join(root, "refs", "main"), "w", encoding="utf-8") as handle:
+        handle.write(manifest["commit"])
+    for path, meta in manifest["files"].items():
+        if path in skip:
+            continue
+        blob = os.path.join(root, "blobs", meta["sha256"] or ("oid-" + path.replace("/", "-")))
+        with open(blob, "wb") as handle:
+            if path == mf.INDEX:
+                handle.write(json.dumps(index).encode().ljust(meta["size"]))
+            else:
+                handle.truncate((sizes or {}).get(path, meta["size"]))
+        link = os.path.join(snapshot, path)
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink(os.path.relpath(blob, os.path.dirname(link)), link)
+    if record:
+        kept = os.path.join(models_dir, mf.MANIFESTS, mf.manifest_key(MODEL_REPO, manifest["commit"]) + ".json")
+        os.makedirs(os.path.dirname(kept), exist_ok=True)
+        with open(kept, "w", encoding="utf-8") as handle:
+            json.dump(manifest, handle)
+    return root, snapshot

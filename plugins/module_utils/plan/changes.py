@@ -14,6 +14,7 @@ import json
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels, nodes as nodes_check
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import LABEL, container_name, digest
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import model_files as mf
 
 
 def differs(found, path, content):
@@ -108,6 +109,7 @@ def decide_changes(inputs, nodes, cluster, head):
         kept = [c for c in probed[name] or [] if c.get("state") == "running" and c.get("name") not in anew
                 and labels.of(c, inputs["settings"]["cluster_name"], name) and (c.get("labels") or {}).get(labels.ROLE) != "door"]
         nodes[name]["models_mount_kept"] = probed[name] is None or bool(kept)
+    model_copies(inputs, nodes, cluster, order, head)
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
     cluster["apply_needed"] = (bool(cluster["changes"]) or launching
@@ -117,6 +119,30 @@ def decide_changes(inputs, nodes, cluster, head):
     # A live table missing or changed is loaded again on its own (tasks/restore.yml), or with the apply's fabric step.
     # The head's probe read Ray: with every node and GPU joined and nothing to change, the join gate is proven already.
     cluster["join_gate_proven"] = bool(joined and joined["ready"] and not cluster["apply_needed"])
+
+
+def model_copies(inputs, nodes, cluster, order, head):
+    """Each node's copy of the model judged as the model role judges it (model_files.check of what the probe read,
+    against the head's manifest), and whether the apply's model step has anything to do: ``cluster.model_ready`` when
+    every copy is complete at the head's commit, no checksum is asked (reading every shard is the step's), and no
+    running container is kept whose models folder the step compares. Where a node was not read, nothing is ready."""
+    copies = {n: inputs["nodes"][n].get("model_copy") for n in order}
+    head_copy = copies.get(head) or {}
+    manifest = head_copy.get("manifest")
+    for name in order:
+        copy = copies[name]
+        if copy is None or copy.get("shards") == "unreadable":
+            nodes[name]["model_copy"] = None
+            continue
+        judged = mf.check(copy["present"], manifest if manifest is not None else copy.get("manifest"), shards=copy.get("shards"))
+        judged["complete"] = bool(judged["complete"] and copy["present"] and copy.get("commit") == head_copy.get("commit")
+                                  and (manifest or {}).get("commit") in (None, copy.get("commit")))
+        message = mf.describe(judged) if copy["present"] else "not on this node (%s)" % (copy.get("snapshot") or "no snapshot")
+        nodes[name]["model_copy"] = {"complete": judged["complete"], "commit": copy.get("commit"), "message": message,
+                                     "bytes_present": judged["bytes_present"], "bytes_expected": judged["bytes_expected"]}
+    cluster["model_ready"] = bool(
+        order and all((nodes[n].get("model_copy") or {}).get("complete") for n in order)
+        and not cluster["model"].get("verify_checksums") and not any(nodes[n]["models_mount_kept"] for n in order))
 
 
 def restore_steps(result, name, backend):

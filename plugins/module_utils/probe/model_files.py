@@ -95,9 +95,10 @@ def index_shards(index_text):
     return sorted(set(weight_map.values()))
 
 
-def check(present, manifest=None, index_text=None, checksums=None):
+def check(present, manifest=None, index_text=None, checksums=None, shards=None):
     """Judge a copy. ``present``: walk() of the snapshot; ``manifest``: {"files": {path: {"size", "sha256"}}} or
-    None; ``index_text``: the index file's text when there is one; ``checksums``: {path: sha256} computed here.
+    None; ``index_text``: the index file's text when there is one (or ``shards``, the names index_shards read from it);
+    ``checksums``: {path: sha256} computed here.
 
     Returns {"complete", "missing", "wrong_size", "corrupt", "broken", "bytes_expected", "bytes_present"}.
     ``broken`` holds what no copy can fix (the repository itself is inconsistent)."""
@@ -107,8 +108,10 @@ def check(present, manifest=None, index_text=None, checksums=None):
         missing.append("config.json")
     if not any(name in present or name in expected for name in TOKENIZER_FILES + ("tokenizer_config.json",)):
         missing.append("a tokenizer (%s)" % ", ".join(TOKENIZER_FILES))
-    if index_text is not None:
-        for shard in index_shards(index_text):
+    if shards is None and index_text is not None:
+        shards = index_shards(index_text)
+    if shards is not None:
+        for shard in shards:
             if expected and shard not in expected:
                 broken.append("%s names %s, which the repository does not have" % (INDEX, shard))
             elif shard not in expected:

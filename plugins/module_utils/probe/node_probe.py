@@ -281,6 +281,31 @@ def model(models_dir, model_id, revision=None):
     return config, weights or None
 
 
+def model_copy(models_dir, model_id, revision=None):
+    """What the model role's check would read of this node's copy, without a module run of its own: the snapshot's
+    commit, {relative path: size} of its files (model_files.walk), the shards its safetensors index names and the
+    manifest the fetch kept here. The planner judges every copy with model_files.check against the head's manifest
+    (plan/model_copy.py); None when the model cannot be located."""
+    try:
+        where = mf.locate(models_dir, model_id, revision)
+        key = mf.manifest_key(model_id, where["commit"])
+    except mf.ModelError:
+        return None
+    snapshot = where["snapshot"]
+    present = mf.walk(snapshot) if snapshot and os.path.isdir(snapshot) else {}
+    index_text = read_text(os.path.join(snapshot, mf.INDEX)) if snapshot else None
+    try:
+        shards = mf.index_shards(index_text) if index_text is not None else None
+    except mf.ModelError:
+        shards = "unreadable"
+    manifest = read_text(os.path.join(models_dir, mf.MANIFESTS, key + ".json"))
+    try:
+        manifest = json.loads(manifest) if manifest is not None else None
+    except ValueError:
+        manifest = None
+    return {"commit": where["commit"], "snapshot": snapshot, "present": present, "shards": shards, "manifest": manifest}
+
+
 RAY_PROBE_SECONDS = 20
 
 

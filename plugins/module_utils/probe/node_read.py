@@ -107,7 +107,7 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
     answers = {}
     for name, spec in specs.items():
         facts = dict(common, docker_ps=docker_ps, image_id=None, image=None, container_env={}, vllm=None,
-                     model_config=None, weights_bytes=None, kept_images=None, door_image_id=None)
+                     model_config=None, weights_bytes=None, model_copy=None, kept_images=None, door_image_id=None)
         facts["memory"] = node_probe.memory(batch, warn, node["proc_root"], node["smi_path"], node["nvidia_smi"],
                                             spec.get("gpu_memory_utilization"), spec.get("memory_need"))
         facts.update(state=node_probe.state(spec.get("paths") or []), records=node_probe.records(spec.get("records") or []),
@@ -137,6 +137,7 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
                                                    docker, spec.get("serve_state_file_host"))
         if spec.get("models_dir") and spec.get("model"):
             facts["model_config"], facts["weights_bytes"] = node_probe.model(spec["models_dir"], spec["model"], spec.get("revision"))
+            facts["model_copy"] = node_probe.model_copy(spec["models_dir"], spec["model"], spec.get("revision"))
         if name in rays:
             facts["ray"] = node_probe.ray(*collect(rays[name]), container=spec["ray_container"])
         answers[name] = facts

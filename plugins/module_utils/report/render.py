@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import shlex
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.model_files import human
+
 GIB = 1024 ** 3
 
 
@@ -67,6 +69,22 @@ def shared_changes(plan):
         if section.get("enabled") and key == "monitoring":
             lines.append("Prometheus on %s (%s): %d vLLM endpoint(s), %d node(s)" % (
                 section["host"], section["url"], section["jobs"]["vllm"], section["jobs"]["spark-nodes"]))
+    return lines
+
+
+def model_copies(plan):
+    """What each node holds of the model, as the probe read it (plan/changes.model_copies), and whether the apply's model
+    step runs."""
+    nodes, cluster = plan.get("nodes") or {}, plan["cluster"]
+    copies = [(n, nodes[n].get("model_copy")) for n in plan.get("nodes_order", []) if n in nodes]
+    if not copies or any(c is None for _, c in copies):
+        return []
+    model = cluster["model"]
+    lines = ["Model %s@%s: %s" % (model["id"], (copies[0][1].get("commit") or "")[:12] or model.get("revision") or "main",
+                                  "complete on every node, nothing to fetch or copy" if cluster.get("model_ready")
+                                  else "checked again, fetched or copied by the apply")]
+    lines += ["  %s: %s%s" % (n, c["message"], " (%s of %s here)" % (human(c["bytes_present"]), human(c["bytes_expected"]))
+                                if c["bytes_expected"] else "") for n, c in copies]
     return lines
 
 
@@ -131,6 +149,7 @@ def deployment(plan):
                         for n in plan.get("nodes_order", []) if n in nodes and ((nodes[n].get("writes") or {}).get("firewall") or {}).get("reload")]
             lines.append("Changes: %s" % ("; ".join(cluster["changes"] + serve + firewall) or "none, every container and vLLM run as planned"))
             lines += ["Environment drift: %s" % drift for drift in cluster.get("env_drift") or []]
+            lines += model_copies(plan)
             if cluster.get("join_gate_proven"):
                 lines.append("Join gate: every node and GPU has joined Ray (read by the head's probe)")
             commit = cluster.get("commit") or {}

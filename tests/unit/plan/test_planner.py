@@ -13,7 +13,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import (
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
 
-from helpers import GOLDEN, ROOT, read_fixture, spark_inputs
+from helpers import GOLDEN, MODEL_REPO, ROOT, fixture, make_cache, read_fixture, spark_inputs
 
 PROFILES = os.path.join(ROOT, "profiles")
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -403,6 +403,60 @@ def door_running(plan):
     """The probe's line of the deployment's front door running as planned."""
     spec = plan["cluster"]["door"]["container"]
     return json.dumps({"Names": spec["name"], "State": "running", "Labels": ",".join("%s=%s" % kv for kv in spec["labels"].items())})
+
+
+def model_copies(tmp_path, head_skip=(), worker_skip=(), worker_commit=None):
+    """The probe's read of each node's copy of the captured fetch (node_probe.model_copy, on trees rebuilt at their
+    captured sizes): the head keeps the fetch's manifest, the worker got its copy from the head."""
+    with open(fixture("model", "manifest.json"), encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    read = {}
+    for name, skip, commit in (("spark1", head_skip, None), ("spark2", worker_skip, worker_commit)):
+        models_dir = str(tmp_path / ("models-" + name))
+        make_cache(models_dir, dict(manifest, commit=commit or manifest["commit"]), skip=skip, record=name == "spark1")
+        read[name] = node_probe.model_copy(models_dir, MODEL_REPO)
+    return read, manifest
+
+
+def model_plan(tmp_path, m25, copies, **settings):
+    inputs = spark_inputs(m25, tmp_path, settings=settings)
+    for name in inputs["nodes"]:  # fresh nodes: no container of ours keeps a models folder
+        inputs["nodes"][name]["docker_ps"] = []
+    for name, read in copies.items():
+        inputs["nodes"][name]["model_copy"] = read
+    return deployment.plan_deployment(inputs)
+
+
+def test_the_probe_reads_every_copy_and_the_plan_skips_the_model_step_only_when_all_are_complete(tmp_path, m25):
+    copies, manifest = model_copies(tmp_path / "whole")
+    assert copies["spark1"]["manifest"] == manifest and copies["spark2"]["manifest"] is None
+    plan = model_plan(tmp_path / "a", m25, copies)
+    assert plan["cluster"]["model_ready"], [plan["nodes"][n]["model_copy"] for n in ("spark1", "spark2")]
+    whole = sum(f["size"] for f in manifest["files"].values())
+    assert [plan["nodes"][n]["model_copy"]["bytes_present"] for n in ("spark1", "spark2")] == [whole, whole]
+    text = "\n".join(render.deployment(plan))
+    assert "complete on every node, nothing to fetch or copy" in text and "  spark2: complete (" in text
+    # The model step runs again (and says what it does) where any of it is not so.
+    shard = sorted(p for p in manifest["files"] if p.endswith(".safetensors"))[0]
+    copies, dummy = model_copies(tmp_path / "shard", worker_skip=(shard,))
+    plan = model_plan(tmp_path / "b", m25, copies)
+    assert not plan["cluster"]["model_ready"] and plan["nodes"]["spark1"]["model_copy"]["complete"]
+    assert plan["nodes"]["spark2"]["model_copy"]["message"] == "missing " + shard
+    assert "checked again, fetched or copied by the apply" in "\n".join(render.deployment(plan))
+    copies, dummy = model_copies(tmp_path / "head", head_skip=(shard,))
+    assert not model_plan(tmp_path / "c", m25, copies)["cluster"]["model_ready"]
+    copies, dummy = model_copies(tmp_path / "commit", worker_commit="f" * 40)
+    other = model_plan(tmp_path / "d", m25, copies)
+    assert not other["cluster"]["model_ready"] and not other["nodes"]["spark2"]["model_copy"]["complete"]
+    copies, dummy = model_copies(tmp_path / "sums")
+    assert not model_plan(tmp_path / "e", m25, copies, model_verify_checksums=True)["cluster"]["model_ready"]
+    # A node whose copy was not read (no probe) is never taken as complete, nor a running container's folder left as is.
+    assert not model_plan(tmp_path / "f", m25, {"spark1": copies["spark1"]})["cluster"]["model_ready"]
+    inputs = spark_inputs(m25, tmp_path / "g")
+    for name in inputs["nodes"]:
+        inputs["nodes"][name]["model_copy"] = copies[name]
+    kept = deployment.plan_deployment(inputs)  # containers not listed: each may keep its folder
+    assert kept["nodes"]["spark1"]["models_mount_kept"] and not kept["cluster"]["model_ready"]
 
 
 def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):

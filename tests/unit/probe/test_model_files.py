@@ -9,7 +9,7 @@ import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import model_files as mf
 
-from helpers import fixture
+from helpers import fixture, make_cache
 
 FIXTURES = fixture("model")
 REPO = "dgx-spark-sim/sim-tiny"
@@ -23,30 +23,6 @@ def load(name):
 @pytest.fixture(name="manifest")
 def fixture_manifest():
     return load("manifest.json")
-
-
-def make_cache(models_dir, manifest, skip=(), sizes=None):
-    """The layout snapshot_download leaves: blobs/<etag>, snapshots/<commit>/<file> -> ../../blobs/<etag>, refs/main."""
-    root = os.path.join(models_dir, "huggingface", "hub", mf.repo_folder(REPO))
-    snapshot = os.path.join(root, "snapshots", manifest["commit"])
-    os.makedirs(os.path.join(root, "blobs"))
-    os.makedirs(os.path.join(root, "refs"))
-    with open(os.path.join(root, "refs", "main"), "w", encoding="utf-8") as handle:
-        handle.write(manifest["commit"])
-    index = load("model.safetensors.index.json")
-    for path, meta in manifest["files"].items():
-        if path in skip:
-            continue
-        blob = os.path.join(root, "blobs", meta["sha256"] or ("oid-" + path.replace("/", "-")))
-        with open(blob, "wb") as handle:
-            if path == mf.INDEX:
-                handle.write(json.dumps(index).encode().ljust(meta["size"]))
-            else:
-                handle.truncate((sizes or {}).get(path, meta["size"]))
-        link = os.path.join(snapshot, path)
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        os.symlink(os.path.relpath(blob, os.path.dirname(link)), link)
-    return root, snapshot
 
 
 def judge(snapshot, manifest):
@@ -146,3 +122,20 @@ def test_rsync_stats_give_the_bytes_an_append_sent_and_the_rate():
     # The file was 300,000 bytes; 100,000 were there: only the tail went over.
     assert summary == {"bytes": 200000, "seconds": 2.0, "rate_bytes_per_second": 100000}
     assert mf.copy_summary([])["rate_bytes_per_second"] is None
+
+
+def test_the_probe_reads_a_copy_as_the_model_step_would(tmp_path, manifest):
+    """node_probe.model_copy: what the plan judges each node's copy by (plan/changes.model_copies)."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
+    assert node_probe.model_copy(str(tmp_path / "none"), REPO) == {
+        "commit": None, "snapshot": None, "present": {}, "shards": None, "manifest": None}
+    assert node_probe.model_copy(str(tmp_path), "not a repository") is None
+    dummy, snapshot = make_cache(str(tmp_path), manifest, record=True)
+    read = node_probe.model_copy(str(tmp_path), REPO)
+    assert read["manifest"] == manifest and read["present"] == mf.walk(snapshot)
+    assert read["shards"] == mf.index_shards(json.dumps(load("model.safetensors.index.json")))
+    index = os.path.join(snapshot, mf.INDEX)
+    os.remove(index)
+    with open(index, "w", encoding="utf-8") as handle:
+        handle.write("{not json")
+    assert node_probe.model_copy(str(tmp_path), REPO)["shards"] == "unreadable"
