@@ -83,8 +83,9 @@ def model_copies(plan):
     lines = ["Model %s@%s: %s" % (model["id"], (copies[0][1].get("commit") or "")[:12] or model.get("revision") or "main",
                                   "complete on every node, nothing to fetch or copy" if cluster.get("model_ready")
                                   else "checked again, fetched or copied by the apply")]
-    lines += ["  %s: %s%s" % (n, c["message"], " (%s of %s here)" % (human(c["bytes_present"]), human(c["bytes_expected"]))
-                                if c["bytes_expected"] else "") for n, c in copies]
+    for name, copy in copies:
+        held = " (%s of %s here)" % (human(copy["bytes_present"]), human(copy["bytes_expected"])) if copy["bytes_expected"] else ""
+        lines.append("  %s: %s%s" % (name, copy["message"], held))
     return lines
 
 
