@@ -77,7 +77,7 @@ def model_copies(plan):
     step runs."""
     nodes, cluster = plan.get("nodes") or {}, plan["cluster"]
     copies = [(n, nodes[n].get("model_copy")) for n in plan.get("nodes_order", []) if n in nodes]
-    if not copies or any(c is None for _, c in copies):
+    if not copies or any(copy is None for name, copy in copies):
         return []
     model = cluster["model"]
     lines = ["Model %s@%s: %s" % (model["id"], (copies[0][1].get("commit") or "")[:12] or model.get("revision") or "main",
