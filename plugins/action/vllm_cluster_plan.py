@@ -57,6 +57,7 @@ def inventory_nodes(task_vars, args):
         values = hostvars.get(host, {})
         nodes[host] = dict(fabric_ip=values.get("spark_fabric_ip"), fabric_interfaces=values.get("spark_fabric_interfaces") or None,
                            ansible_host=values.get("ansible_host") or host,
+                           ssh_port=values.get("ansible_port") or values.get("ansible_ssh_port") or None,  # opened by the firewall
                            # who the head's ssh to this node's fabric address logs in as (the image stream)
                            ssh_user=values.get("image_ssh_user") or values.get("ansible_user") or None)
     return groups, heads, order, nodes

@@ -10,9 +10,10 @@ module: node_firewall
 short_description: Apply the plan's firewall on a node, in one call
 version_added: 1.0.0
 description:
-  - Ray's ports answer any host that reaches them, and Ray runs whatever a client sends; the collection keeps them to
-    the cluster's own nodes with an nftables table of its own (module_utils/plan/firewall.py says why a firewall and
-    not Ray's options).
+  - Ray's ports answer any host that reaches them, Ray runs whatever a client sends, and vLLM's ranks open ports of
+    their own choosing; the collection refuses every host but the cluster's nodes, except on SSH, the front door and
+    the inventory's allow list, with an nftables table of its own (module_utils/plan/firewall.py says why a firewall
+    and not the programs' options).
   - Writes the table's ruleset and its boot unit where they differ from the plan's, enables the unit at boot (the link
     C(systemctl enable) makes, so that the table is loaded before Docker starts the containers again), and loads the
     table when any of it changed. Loading it twice leaves one copy (the ruleset recreates the table atomically).
@@ -43,7 +44,7 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Let only the cluster's nodes reach Ray's ports
+- name: Let other hosts than the cluster's nodes reach only SSH and the front door
   dgx_spark.vllm.node_firewall:
     firewall: "{{ plan.nodes[inventory_hostname].firewall }}"
   become: true

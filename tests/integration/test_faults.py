@@ -184,22 +184,68 @@ def models_status(key=None):
         return exc.code
 
 
-def test_ray_ports_answer_only_the_clusters_nodes_and_the_endpoint_only_with_its_key(client):
-    """Ray binds every interface; the collection's table lets only the cluster's fabric addresses in. The endpoint
-    listens on the head's management address only and answers only with the key."""
-    listening = node_docker_exec("sim-head", ["ss", "-H", "-t", "-l", "-n"])
-    ports = [int(row.split()[3].rsplit(":", 1)[1]) for row in listening.splitlines()]
-    workers = sorted(port for port in ports if 10002 <= port <= 10101)
-    ray_ports = [6379, 6800, 6801, 10001] + workers[:1]
-    assert workers, listening  # the head's Ray workers (vLLM's rank among them) listen in the pinned range
-    for port in (6379, 6800, 6801):
-        assert "0.0.0.0:%d " % port in listening, listening  # Ray binds every interface: the table keeps it in
-    for port in ray_ports:
-        assert connect("10.210.0.10", port, node="sim-worker1") == "open"  # a node of the cluster, at its fabric address
-        assert connect("10.210.0.10", port) == "refused"  # this machine on the fabric network (10.210.0.1)
-        assert connect("10.209.0.10", port) == "refused"  # and on the management network
-        assert connect("10.209.0.10", port, node="sim-worker1", source="10.209.0.11") == "refused"  # not Ray's address
-    assert connect("10.210.0.10", 8000) == "refused"  # the endpoint is not on the fabric
+# Connects to each address:port given as argv (from the source address argv[1], or any), 3 s each at most; prints JSON
+# {"address:port": "open" | "refused" | the error's name}.
+CONNECT_ALL = """
+import json, socket, sys
+found = {}
+for target in sys.argv[2:]:
+    address, port = target.rsplit(":", 1)
+    s = socket.socket(); s.settimeout(3)
+    if sys.argv[1] != "any": s.bind((sys.argv[1], 0))
+    try:
+        s.connect((address, int(port))); found[target] = "open"
+    except ConnectionRefusedError:
+        found[target] = "refused"
+    except OSError as exc:
+        found[target] = type(exc).__name__
+    s.close()
+print(json.dumps(found))
+"""
+NODE_ADDRESSES = {"sim-head": ("10.209.0.10", "10.210.0.10"), "sim-worker1": ("10.209.0.11", "10.210.0.11")}
+
+
+def listening(node):
+    """Every TCP port node listens on, as ss shows it there (its own services and every container's: host networking)."""
+    rows = node_docker_exec(node, ["ss", "-H", "-t", "-l", "-n"]).splitlines()
+    return sorted({int(row.split()[3].rsplit(":", 1)[1]) for row in rows})
+
+
+def connect_all(targets, node=None, source="any"):
+    argv = ["python3", "-c", CONNECT_ALL, source] + list(targets)
+    out = node_docker_exec(node, argv) if node else subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def test_an_outsider_reaches_only_ssh_and_the_front_door_whatever_listens(client):
+    """Deny by default, tried as an outsider would: every port either node lists as listening (read with ss there, not
+    from the collection's plan), at every address of either node, from this machine, which sits on both the management
+    and the fabric network and is no node of the cluster. Only SSH and the head's front door answer it; a port a
+    process of the serving head's Ray container opens now, as vLLM's ranks pick theirs, is refused too. A node of the
+    cluster, from its fabric address, reaches Ray's ports. The door answers only with the key."""
+    spare = node_docker("sim-head").containers.get(HEAD_RAY)
+    spare.exec_run(["python3", "-c", "import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen()\n"
+                    "open('/tmp/dgx-spark-test-port', 'w').write(str(s.getsockname()[1])); time.sleep(120)"], detach=True)
+    for dummy in range(50):
+        port = spare.exec_run(["cat", "/tmp/dgx-spark-test-port"]).output.decode().strip()
+        if port.isdigit():
+            break
+        time.sleep(0.2)
+    ports = {node: listening(node) for node in NODE_ADDRESSES}
+    assert int(port) in ports["sim-head"], ports
+    workers = [p for p in ports["sim-head"] if 10002 <= p <= 10101]
+    assert workers and 6379 in ports["sim-head"] and 6800 in ports["sim-worker1"], ports  # Ray's, vLLM's rank among them
+    targets = ["%s:%d" % (address, p) for node, addresses in NODE_ADDRESSES.items() for address in addresses for p in ports[node]]
+    answers = connect_all(targets)
+    opened = sorted(t for t, answer in answers.items() if answer == "open")
+    assert opened == sorted(["10.209.0.10:22", "10.210.0.10:22", "10.209.0.11:22", "10.210.0.11:22", "10.209.0.10:8000"]), answers
+    assert all(answer == "refused" for t, answer in answers.items() if t not in opened), answers  # a reset, never a silent drop
+    print("outsider: %d ports at %d addresses tried, %d answered" % (len(targets), 4, len(opened)))
+    # The cluster's own nodes reach Ray's ports and the ranks' (the worker, from its fabric address).
+    ray = ["10.210.0.10:%d" % p for p in [6379, 6800, 6801, 10001, workers[0], int(port)]]
+    assert set(connect_all(ray, node="sim-worker1", source="10.210.0.11").values()) == {"open"}
+    # Only from the fabric: a node's management address is not one of the cluster's.
+    assert set(connect_all(ray[:2], node="sim-worker1", source="10.209.0.11").values()) == {"refused"}
     assert (models_status(), models_status("not-the-key"), models_status(api_key())) == (401, 401, 200)
     tables = node_docker_exec("sim-head", ["nft", "list", "tables"]).splitlines()
     assert tables.count("table inet dgx_spark_vllm_dgx_spark") == 1  # the collection's own, once (Docker's are left alone)

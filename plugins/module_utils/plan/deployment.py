@@ -133,6 +133,9 @@ def plan_deployment(inputs, stage="full"):
     check_model(inputs, findings)
     inputs["ring"] = ring_plan(inputs, findings)
     order, head = inputs.get("order", []), (inputs.get("head_hosts") or [None])[0]
+    if not settings.get("firewall_reach"):  # planned alone (no planner around it): its own nodes and door are the cluster's
+        settings["firewall_reach"] = firewall.reach([{"head": head, "hosts": order}], settings,
+                                                    {n: inputs["nodes"].get(n) or {} for n in order}, findings)
     for facts in inputs["nodes"].values():  # docker ps is parsed once; every check reads the containers
         if "docker_ps" in facts and "containers" not in facts:
             facts["containers"] = nodes_check.parse_docker_ps(facts["docker_ps"])
@@ -297,7 +300,9 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
              "config_hash": node_hash, "state_dir": paths["state_dir"], "models_dir": paths["models_dir"], "paths": paths,
              "ports": nodes_check.node_ports(settings, backend, is_head)}
     entry["writes"] = changes.state_writes(inputs["nodes"][name], paths, commands.state_files(inputs, paths, cluster["non_carry_over_env_vars"]))
-    entry["firewall"] = firewall.plan(settings, backend, cluster["expected_ips"], paths, name) if settings["firewall"] else None
+    # A ring's nodes reach each other from their links' addresses too (NCCL's and torch's sockets over the links).
+    links = [link["subnet"] for link in (inputs.get("ring") or {}).get("links") or []]
+    entry["firewall"] = firewall.plan(settings, backend, cluster["expected_ips"] + links, paths, name) if settings["firewall"] else None
     entry["writes"]["firewall"] = changes.firewall_writes(inputs["nodes"][name], entry["firewall"])
     entry["ring"] = ring_node(inputs, name, paths)
     entry["stale_models_argv"] = commands.stale_models_argv(settings, name, paths)

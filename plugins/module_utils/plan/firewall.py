@@ -1,21 +1,35 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Ray's ports answer only the cluster's own nodes: an nftables table of the collection's own on every node.
+"""Deny by default: on every node, a host outside the cluster reaches SSH, the front doors and the allow list, nothing
+else; the cluster's nodes reach each other. An nftables table of the collection's own on every node.
 
-Why a firewall and not Ray's options: `ray start --node-ip-address` only sets the address Ray advertises. The GCS
-(--port), the raylet's node and object managers, the agents, the metrics exporter and the workers bind 0.0.0.0, and
-`ray start --help` of Ray 2.60 (the simulation's image) offers no option to bind one address (only the dashboard has
---dashboard-host, and the dashboard is off). With host networking, 0.0.0.0 is every interface of a Spark, the
-management LAN included, and an unauthenticated Ray port runs any code it is sent (ShadowRay, CVE-2023-48022).
+Why a firewall and not the programs' options: `ray start --node-ip-address` only sets the address Ray advertises. The
+GCS (--port), the raylet's node and object managers, the agents, the metrics exporter and the workers bind 0.0.0.0,
+and `ray start --help` of Ray 2.60 (the simulation's image) offers no option to bind one address (only the dashboard
+has --dashboard-host, and the dashboard is off). vLLM's engine and its ranks open sockets of their own on ports they
+pick (ZeroMQ, torch's stores, NCCL's bootstrap), some on every interface. With host networking, 0.0.0.0 is every
+interface of a Spark, the management LAN included, and an unauthenticated Ray port runs any code it is sent
+(ShadowRay, CVE-2023-48022). A list of the ports we know would miss the ones they pick.
 
-So the planner pins every port Ray opens (ray_command) and this table lets only the cluster's fabric addresses and the
-node itself reach them; anyone else gets a TCP reset. The table is the collection's alone (named after the cluster,
-removed by teardown.yml); it never touches another table, Docker's included. A systemd unit loads it at boot, before
-Docker starts the containers again, so the ports are never open between a reboot and the next Ansible run.
+So the table does not tell the cluster's sockets from the host's other services: it refuses every new TCP or UDP
+connection from a host that is not a node of the cluster (by source address: its fabric addresses, and the
+Prometheus host's), whatever the port, except the ports it opens to everyone (``opened``): SSH (22 and the port
+Ansible connects to), each deployment's front door (or the gateway) on its head, Prometheus where
+vllm_monitoring_listen opens it beyond loopback, DHCP's client replies, and the inventory's own
+(``vllm_firewall_allow``: the host's other services). Loopback, replies to the node's own connections and ICMP pass.
+Refused: a TCP reset or an ICMP port unreachable, never a silent drop. Other protocols pass.
+
+The table is the collection's alone (named after the deployment, removed by teardown.yml); it never touches another
+table, Docker's included, and its accepts decide nothing for them. Every deployment's table on a node admits the same
+hosts and ports (the planner gives each the whole cluster's: ``settings["firewall_reach"]``), so two tables never
+refuse each other's traffic. A systemd unit loads it at boot, before Docker starts the containers again, so nothing is
+open between a reboot and the next Ansible run.
 """
 
 from __future__ import annotations
+
+import re
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.firewall_state import NFT
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring
@@ -59,37 +73,48 @@ def ray_port_ranges(offset=0):
             (RAY_CLIENT_SERVER_PORT + offset, RAY_PORTS["--max-worker-port"] + offset)]
 
 
-def guarded_ports(backend, ray_port, master_port, offset=0):
-    """The ports the table guards, as nft set elements: Ray's every port, or the mp backend's torch rendezvous."""
-    if backend != "ray":
-        return [str(master_port)]
-    return [str(ray_port)] + ["%d-%d" % pair for pair in ray_port_ranges(offset)]
+SSH_PORT = 22
+# Replies conntrack cannot pair with a request (the DHCP server answers a broadcast): the client ports of DHCP and DHCPv6.
+DHCP_CLIENT_PORTS = ("68", "546")
 
 
-def ruleset(cluster, addresses, ports):
-    """The nft script: (re)creates the table atomically, so loading it twice leaves one copy."""
+def ruleset(cluster, addresses, opened_tcp, opened_udp=()):
+    """The nft script: (re)creates the table atomically, so loading it twice leaves one copy. ``addresses``: the
+    cluster's nodes, admitted to everything; ``opened_tcp``, ``opened_udp``: set elements everyone reaches."""
     table = table_name(cluster)
     return "\n".join([
         "#!/usr/sbin/nft -f",
-        "# Written by dgx_spark.vllm for cluster %s: Ray's ports answer only the cluster's nodes." % cluster,
-        "# Loaded at boot by %s/%s; removed by teardown.yml. Edit the inventory, not this file." % (UNIT_DIR, unit_name(cluster)),
+        "# Written by dgx_spark.vllm for cluster %s: the cluster's nodes reach everything, other hosts only the ports" % cluster,
+        "# opened to them (SSH, the front door, vllm_firewall_allow). Loaded at boot by %s/%s;" % (UNIT_DIR, unit_name(cluster)),
+        "# removed by teardown.yml. Edit the inventory, not this file.",
         "table inet %s" % table,
         "delete table inet %s" % table,
         "table inet %s {" % table,
         "    set nodes {",
         "        type ipv4_addr",
+        "        flags interval",
         "        elements = { %s }" % ", ".join(sorted(addresses)),
         "    }",
-        "    set ports {",
+        "    set opened_tcp {",
         "        type inet_service",
         "        flags interval",
-        "        elements = { %s }" % ", ".join(ports),
+        "        elements = { %s }" % ", ".join(opened_tcp),
+        "    }",
+        "    set opened_udp {",
+        "        type inet_service",
+        "        flags interval",
+        "        elements = { %s }" % ", ".join(list(DHCP_CLIENT_PORTS) + [p for p in opened_udp if p not in DHCP_CLIENT_PORTS]),
         "    }",
         "    chain input {",
         "        type filter hook input priority filter - 10; policy accept;",
         '        iifname "lo" accept',
-        "        tcp dport @ports ip saddr @nodes accept",
-        "        tcp dport @ports reject with tcp reset",
+        "        ct state established,related accept",
+        "        meta l4proto { icmp, ipv6-icmp } accept",
+        "        ip saddr @nodes accept",
+        "        tcp dport @opened_tcp accept",
+        "        udp dport @opened_udp accept",
+        "        meta l4proto tcp reject with tcp reset",
+        "        meta l4proto udp reject",
         "    }",
         "}",
         ""])
@@ -100,7 +125,7 @@ def unit(cluster, rules_path):
     return "\n".join([
         "# Written by dgx_spark.vllm for cluster %s; removed by teardown.yml." % cluster,
         "[Unit]",
-        "Description=dgx_spark.vllm %s: Ray's ports answer only the cluster's nodes" % cluster,
+        "Description=dgx_spark.vllm %s: other hosts than the cluster's nodes reach only SSH and the front door" % cluster,
         "DefaultDependencies=no",
         # nftables.service starts with `flush ruleset` (Debian's /etc/nftables.conf): after it, or the table is gone
         "After=nftables.service",
@@ -127,20 +152,71 @@ def check(name, facts, findings):
                        "private to them" % (name, NFT))
 
 
+ALLOW = re.compile(r"^(\d{1,5})(?:-(\d{1,5}))?(?:/(tcp|udp))?$")
+
+
+def allowed(entries, findings):
+    """vllm_firewall_allow as set elements: {"tcp": [...], "udp": [...]}. Each entry is a port or a range, TCP unless
+    it ends in /udp: 5353/udp, 8888, 9000-9010/tcp. A bad entry is an error naming it."""
+    found = {"tcp": [], "udp": []}
+    if entries in (None, ""):
+        return found
+    if not isinstance(entries, (list, tuple)):
+        entries = [entries]
+    for entry in entries:
+        match = ALLOW.match(str(entry).strip().lower())
+        low, high = (int(match.group(1)), int(match.group(2) or match.group(1))) if match else (0, 0)
+        if not match or not 1 <= low <= high <= 65535:
+            findings.error("all", entry, "vllm_firewall_allow: %r is not a port, a range or either with /tcp or /udp (22, "
+                           "9000-9010, 5353/udp); each entry opens that port on every node to every host" % (entry,))
+            continue
+        found[match.group(3) or "tcp"].append(str(low) if low == high else "%d-%d" % (low, high))
+    return found
+
+
+def reach(entries, settings, nodes, findings):
+    """What every deployment's table admits, the same on every node of the cluster: the nodes (every fabric address of
+    the inventory, the Prometheus host's too: it scrapes the nodes' figures), and per host the TCP ports everyone
+    reaches (SSH, the front doors and the gateway on their hosts, Prometheus beyond loopback, the allow list) and the
+    UDP ones (the allow list). ``entries``: the deployments (placement), ``nodes``: host -> inventory values."""
+    allow = allowed(settings.get("firewall_allow"), findings)
+    addresses = sorted({str(v["fabric_ip"]) for v in nodes.values() if v.get("fabric_ip")})
+    opened = {}
+    for host, values in nodes.items():
+        ports = {str(SSH_PORT), str(values.get("ssh_port") or SSH_PORT)}
+        opened[host] = ports
+    for entry in entries:
+        if entry.get("head") in opened:
+            opened[entry["head"]].add(str((entry.get("settings") or {}).get("port") or settings["port"]))
+    first = entries[0]["head"] if entries else None
+    if first in opened:
+        opened[first].add(str(settings["port"]))  # the gateway's, when there is one (the one deployment's otherwise)
+        watch = settings.get("monitoring") or {}
+        host, dummy, port = str(watch.get("listen") or "").rpartition(":")
+        if watch.get("enabled") and port.isdigit() and not host.startswith("127.") and host not in ("localhost", "[::1]"):
+            opened[first].add(port)
+    return {"nodes": addresses, "udp": allow["udp"],
+            "tcp": {h: sorted(p, key=lambda x: int(x.split("-")[0])) + [a for a in allow["tcp"] if a not in p]
+                    for h, p in opened.items()}}
+
+
 def plan(settings, backend, addresses, paths, node=None):
-    """What the planner gives the fabric role on a node: the table, its script and the unit, at the node's paths. Where
-    this deployment's supervisor serves the node's figures, their port too, for the Prometheus host only besides the
-    nodes (``monitoring.scraper``)."""
+    """What the planner gives the fabric role on a node: the table, its script and the unit, at the node's paths. The
+    hosts and ports it admits are the whole cluster's (``settings["firewall_reach"]``, firewall.reach; without it, this
+    deployment's nodes and SSH alone); the Prometheus host is one of the nodes where this deployment's supervisor serves
+    the node's figures (``monitoring.scraper``)."""
     cluster = settings["cluster_name"]
-    ports = guarded_ports(backend, settings["ray_port"], settings["master_port"], settings["ray_ports_offset"])
-    addresses = list(addresses)
-    if monitoring.serves_figures(settings, node):  # each node's figures, for the Prometheus host only
-        ports.append(str(settings["monitoring"]["node_port"]))
+    given = settings.get("firewall_reach") or {}
+    links = [a for a in addresses if "/" in str(a)]  # a ring's link subnets (this deployment's own)
+    addresses = set(given.get("nodes") or addresses) | set(links)
+    if monitoring.serves_figures(settings, node):  # each node's figures, for the Prometheus host too
         scraper = settings["monitoring"].get("scraper")
-        if scraper and scraper not in addresses:
-            addresses.append(scraper)
-    return {"table": table_name(cluster), "ports": ports, "addresses": sorted(addresses), "record": paths["firewall_record"],
-            "unit_name": unit_name(cluster),
-            "files": [{"path": paths["firewall_rules"], "content": ruleset(cluster, addresses, ports), "mode": "0644"},
+        if scraper:
+            addresses.add(scraper)
+    opened_tcp = list((given.get("tcp") or {}).get(node) or [str(SSH_PORT)])
+    opened_udp = list(given.get("udp") or [])
+    return {"table": table_name(cluster), "opened_tcp": opened_tcp, "opened_udp": opened_udp, "addresses": sorted(addresses),
+            "record": paths["firewall_record"], "unit_name": unit_name(cluster),
+            "files": [{"path": paths["firewall_rules"], "content": ruleset(cluster, addresses, opened_tcp, opened_udp), "mode": "0644"},
                       {"path": paths["firewall_unit"], "content": unit(cluster, paths["firewall_rules"]), "mode": "0644"}],
             "wants": paths["firewall_wants"]}

@@ -14,7 +14,7 @@ finding (host, value, message with the remedy); the play stops before any change
 
 from __future__ import annotations
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring, nodes as nodes_check, placement, shared
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, monitoring, nodes as nodes_check, placement, shared
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import Findings, node_paths, normalize_settings, reports
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.deployment import (
     cluster_paths, finish, plan_deployment)
@@ -35,6 +35,9 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
     findings = Findings()
     entries = deployment_entries(inputs, settings, listed, findings)
     figures = placement.figures_nodes(entries)
+    # Every deployment's firewall admits the same hosts and ports on a node: the whole cluster's (firewall.reach).
+    inputs = dict(inputs, settings=dict(inputs.get("settings") or {},
+                                        firewall_reach=firewall.reach(entries, settings, inputs.get("nodes") or {}, findings)))
     scraper = str((inputs["nodes"].get(entries[0]["head"]) or {}).get("fabric_ip")) if entries and entries[0]["head"] else None
     plans, settings_of = {}, {}
     for entry in entries if not findings.errors else []:

@@ -1,4 +1,5 @@
-"""firewall: the nftables table that lets only the cluster's nodes reach Ray's ports, checked by nft itself."""
+"""firewall: deny by default, by source: the cluster's nodes reach everything, other hosts only SSH, the front door and
+the allow list; checked by nft itself and by connections between network namespaces."""
 
 import os
 import shutil
@@ -14,16 +15,39 @@ NODES = ["192.168.100.10", "192.168.100.11"]
 NFT = shutil.which("nft")
 
 
-def test_every_port_ray_opens_is_pinned_and_guarded():
+def test_every_port_ray_opens_is_pinned():
     head = firewall.ray_port_flags(True)
     worker = firewall.ray_port_flags(False)
     assert head[-2:] == ["--ray-client-server-port", "10001"] and "--ray-client-server-port" not in worker
-    pinned = {int(v) for v in head[1::2]} | {6379}
-    ports = firewall.guarded_ports("ray", 6379, 29501)
-    assert ports == ["6379", "6800-6805", "10001-10101"]
-    ranges = [tuple(int(x) for x in p.split("-")) if "-" in p else (int(p), int(p)) for p in ports]
+    pinned = {int(v) for v in head[1::2]}
+    ranges = firewall.ray_port_ranges()
+    assert ranges == [(6800, 6805), (10001, 10101)]
     assert all(any(low <= port <= high for low, high in ranges) for port in pinned)  # none left out
-    assert firewall.guarded_ports("mp", 6379, 29501) == ["29501"]  # the torch rendezvous of vLLM's own launcher
+
+
+def reach(entries, nodes, **given):
+    settings = base.normalize_settings(given)
+    settings["monitoring"] = dict(settings.get("monitoring") or {})
+    findings = base.Findings()
+    return firewall.reach(entries, settings, nodes, findings), findings
+
+
+def test_other_hosts_reach_ssh_and_the_front_doors_on_their_heads_and_the_allow_list_everywhere():
+    nodes = {"spark1": {"fabric_ip": NODES[0]}, "spark2": {"fabric_ip": NODES[1], "ssh_port": 2222}}
+    one = [{"name": "dgx-spark", "head": "spark1", "hosts": ["spark1", "spark2"]}]
+    found, findings = reach(one, nodes)
+    assert found == {"nodes": NODES, "udp": [], "tcp": {"spark1": ["22", "8000"], "spark2": ["22", "2222"]}} and not findings.errors
+    # Several deployments behind the gateway: each door on its head, the gateway's port on the first head; Prometheus
+    # where vllm_monitoring_listen opens it beyond loopback; the inventory's own ports on every node.
+    several = [{"name": "a", "head": "spark1", "settings": {"port": 8001}}, {"name": "b", "head": "spark2", "settings": {"port": 8002}}]
+    found, findings = reach(several, nodes, monitoring={"enabled": True, "listen": "192.168.1.10:9090"},
+                            firewall_allow=[8888, "9000-9010/tcp", "5353/udp"])
+    assert found["tcp"] == {"spark1": ["22", "8000", "8001", "9090", "8888", "9000-9010"], "spark2": ["22", "2222", "8002", "8888", "9000-9010"]}
+    assert found["udp"] == ["5353"] and not findings.errors
+    found, findings = reach(one, nodes, monitoring={"enabled": True, "listen": "127.0.0.1:9090"}, firewall_allow=["80/sctp", "0", "9-8", "x"])
+    assert "9090" not in found["tcp"]["spark1"]
+    assert [e["value"] for e in findings.errors] == ["80/sctp", "0", "9-8", "x"]
+    assert "vllm_firewall_allow: '80/sctp' is not a port, a range or either with /tcp or /udp" in findings.errors[0]["message"]
 
 
 def test_the_table_is_named_after_the_cluster_and_its_unit_loads_it_before_docker():
@@ -37,6 +61,7 @@ def test_the_table_is_named_after_the_cluster_and_its_unit_loads_it_before_docke
     assert "ExecStart=/usr/sbin/nft -f /var/lib/dgx-spark-vllm/lab-2/config/firewall.nft" in unit["content"]
     assert "Before=network-pre.target docker.service" in unit["content"]
     assert "elements = { 192.168.100.10, 192.168.100.11 }" in rules["content"]
+    assert planned["opened_tcp"] == ["22"]  # without the planner's reach: SSH alone
 
 
 @pytest.fixture(name="netns")
@@ -49,14 +74,73 @@ def fixture_netns():
 
 def test_nft_loads_the_ruleset_twice_into_one_table_and_touches_no_other(netns, tmp_path):
     script = tmp_path / "firewall.nft"
-    script.write_text(firewall.ruleset("dgx-spark", NODES, firewall.guarded_ports("ray", 6379, 29501)))
+    script.write_text(firewall.ruleset("dgx-spark", NODES, ["22", "8000"], ["5353"]))
     subprocess.run(netns + ["nft", "add", "table", "ip", "someone_elses"], check=True)
     for dummy in range(2):  # loading again (a re-run, a boot) replaces the table, never adds a second one
         subprocess.run(netns + ["nft", "-f", str(script)], check=True)
     listed = subprocess.run(netns + ["nft", "list", "ruleset"], check=True, capture_output=True, text=True).stdout
     assert listed.count("table inet dgx_spark_vllm_dgx_spark") == 1 and "table ip someone_elses" in listed
-    assert "tcp dport @ports ip saddr @nodes accept" in listed and "tcp dport @ports reject with tcp reset" in listed
-    assert "6800-6805" in listed and "10001-10101" in listed and "6379" in listed
+    assert "ip saddr @nodes accept" in listed and "meta l4proto tcp reject with tcp reset" in listed
+    assert "elements = { 22, 8000 }" in listed and "elements = { 68, 546, 5353 }" in listed
+
+
+# Listens on every port given, then connects from the other namespace: prints each port's answer.
+LISTEN = """
+import socket, sys, time
+held = []
+for port in sys.argv[1:]:
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", int(port))); s.listen(); held.append(s)
+print("ready", flush=True)
+time.sleep(30)
+"""
+CONNECT = """
+import socket, sys
+source, address = sys.argv[1], sys.argv[2]
+for port in sys.argv[3:]:
+    s = socket.socket(); s.settimeout(3); s.bind((source, 0))
+    try:
+        s.connect((address, int(port))); print(port, "open")
+    except ConnectionRefusedError:
+        print(port, "refused")
+    except OSError as exc:
+        print(port, "no answer", exc)
+"""
+
+
+def test_a_host_outside_the_cluster_reaches_only_the_opened_ports_whatever_listens(tmp_path):
+    """Two namespaces on a veth pair: the node with the table loaded and listeners on the opened ports, Ray's GCS and a
+    port nobody listed (as vLLM's ranks pick); the other side connects from a node's address and from an outsider's."""
+    if NFT is None or subprocess.run(["ip", "netns", "add", "dgx-fw-node"], check=False).returncode != 0:
+        pytest.skip("needs nft and a network namespace (root)")
+    node, other = ["ip", "netns", "exec", "dgx-fw-node"], ["ip", "netns", "exec", "dgx-fw-other"]
+    listener = None
+    try:
+        subprocess.run(["ip", "netns", "add", "dgx-fw-other"], check=True)
+        subprocess.run(["ip", "link", "add", "dgx-fw-a", "netns", "dgx-fw-node", "type", "veth", "peer", "name", "dgx-fw-b",
+                        "netns", "dgx-fw-other"], check=True)
+        for ns, link, addresses in ((node, "dgx-fw-a", ["192.168.100.10/24"]), (other, "dgx-fw-b", ["192.168.100.11/24", "192.168.100.99/24"])):
+            for address in addresses:
+                subprocess.run(ns + ["ip", "addr", "add", address, "dev", link], check=True)
+            subprocess.run(ns + ["ip", "link", "set", link, "up"], check=True)
+            subprocess.run(ns + ["ip", "link", "set", "lo", "up"], check=True)
+        script = tmp_path / "firewall.nft"
+        script.write_text(firewall.ruleset("dgx-spark", NODES, ["22", "8000"]))
+        subprocess.run(node + ["nft", "-f", str(script)], check=True)
+        ports = ["22", "8000", "6379", "43117"]
+        listener = subprocess.Popen(node + ["python3", "-c", LISTEN] + ports, stdout=subprocess.PIPE, text=True)
+        assert listener.stdout.readline().strip() == "ready"
+
+        def answers(source):
+            out = subprocess.run(other + ["python3", "-c", CONNECT, source, "192.168.100.10"] + ports, capture_output=True,
+                                 text=True, check=True).stdout
+            return dict(line.split(" ", 1) for line in out.splitlines())
+        assert answers("192.168.100.11") == dict.fromkeys(ports, "open")  # a node of the cluster
+        assert answers("192.168.100.99") == {"22": "open", "8000": "open", "6379": "refused", "43117": "refused"}
+    finally:
+        if listener:
+            listener.kill()
+        for ns in ("dgx-fw-node", "dgx-fw-other"):
+            subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
 def test_a_node_without_nft_is_refused_unless_the_firewall_is_off(tmp_path):

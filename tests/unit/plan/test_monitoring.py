@@ -49,10 +49,10 @@ def test_prometheus_scrapes_vllm_on_the_head_and_each_nodes_figures_on_the_fabri
     assert watched["container"]["labels"]["dgx_spark.vllm.node"] == "spark1"
     for name, node in plan["nodes"].items():
         # each node's supervisor serves its figures on its fabric address, and only the cluster's nodes reach the port
+        # (the Prometheus host among them): the firewall opens it to no other host
         assert node["boot"]["config"]["metrics"] == {"address": node["fabric_ip"], "port": 9101,
                                                      "labels": {"cluster": "dgx-spark", "node": name}}
-        assert "9101" in node["firewall"]["ports"]
-        assert "9101" in node["firewall"]["files"][0]["content"]
+        assert "9101" not in node["firewall"]["opened_tcp"] and plan["nodes"]["spark1"]["fabric_ip"] in node["firewall"]["addresses"]
 
 
 def test_the_rules_name_the_plans_floor_and_limit_and_fire_after_alert_for(tmp_path):
@@ -80,7 +80,7 @@ def test_monitoring_off_plans_nothing_and_opens_no_port(tmp_path):
     assert whole["ok"] and not whole["monitoring"]["enabled"] and whole["monitoring"]["change"] == "none"
     for node in only(whole)["nodes"].values():
         assert node["boot"]["config"]["metrics"] is None
-        assert "9101" not in node["firewall"]["ports"]
+        assert "9101" not in node["firewall"]["opened_tcp"]
 
 
 @pytest.mark.parametrize("given,named", [
@@ -163,7 +163,7 @@ def test_with_the_supervisor_off_prometheus_scrapes_vllm_only_and_says_so(tmp_pa
     assert whole["monitoring"]["jobs"] == {"vllm": 1, "spark-nodes": 0}
     assert any("Prometheus scrapes vLLM only" in w for w in plan["warnings"])
     for node in plan["nodes"].values():
-        assert node["boot"]["config"]["metrics"] is None and "9101" not in node["firewall"]["ports"]
+        assert node["boot"]["config"]["metrics"] is None and "9101" not in node["firewall"]["opened_tcp"]
 
 
 def test_the_plan_says_whether_the_head_needs_prometheus_applied_or_removed(tmp_path):

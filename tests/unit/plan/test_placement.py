@@ -52,7 +52,10 @@ def test_two_deployments_on_the_same_two_nodes_each_get_their_own_names_ports_an
     assert head["coder"][head["coder"].index("--node-manager-port") + 1] == "7800"
     assert head["coder"][head["coder"].index("--max-worker-port") + 1] == "11101"
     assert coder["nodes"]["spark2"]["firewall"]["table"] == "dgx_spark_vllm_dgx_spark_coder"
-    assert "11001-11101" in coder["nodes"]["spark2"]["firewall"]["ports"]
+    # both tables admit the same: the cluster's nodes, SSH, and on the head the gateway's port and each door's
+    chat_table = plan["deployments"]["chat"]["nodes"]["spark1"]["firewall"]
+    assert chat_table["opened_tcp"] == coder["nodes"]["spark1"]["firewall"]["opened_tcp"] == ["22", "8000", "8001", "8002"]
+    assert chat_table["addresses"] == coder["nodes"]["spark2"]["firewall"]["addresses"]
     routes = {r["model"]: r for r in plan["gateway"]["routes"]}
     assert sorted(routes) == ["sim-tiny", "sim-tiny-coder"]
     assert routes["sim-tiny-coder"]["api_base"] == "http://192.168.1.101:8002/v1"  # vLLM's bind address on the same head
@@ -171,8 +174,6 @@ def test_one_prometheus_watches_every_deployment_and_each_node_is_scraped_once(t
     for name in ("spark1", "spark2"):
         assert plan["deployments"]["chat"]["nodes"][name]["boot"]["config"]["metrics"]["port"] == 9101
         assert plan["deployments"]["coder"]["nodes"][name]["boot"]["config"]["metrics"] is None
-        assert "9101" in plan["deployments"]["chat"]["nodes"][name]["firewall"]["ports"]
-        assert "9101" not in plan["deployments"]["coder"]["nodes"][name]["firewall"]["ports"]
     paths = planner.paths(cluster(tmp_path, monitoring={"enabled": True}), copy.deepcopy(TWO))
     assert paths["ok"] and paths["deployment_order"] == ["chat", "coder"]
     assert paths["shared"]["containers"] == ["dgx-spark-gateway", "dgx-spark-prometheus"]
