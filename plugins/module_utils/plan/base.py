@@ -64,7 +64,7 @@ DEFAULT_SETTINGS = {
     "trust_remote_code_unpinned": False,  # allow --trust-remote-code with a revision that is not a commit (warned)
     "code_pins": None,                  # {file vLLM loads, as the container sees it: sha256} (module_utils/plan/code.py)
     "pipeline_across_nodes": False,     # allow PP > 1 across nodes with Ray, which crashed on the 2nd request (seed 003; warned)
-    "firewall_allow": None,             # ports every host reaches besides SSH and the front door (firewall.allowed)
+    "firewall_allow": [],               # ports every host reaches besides SSH and the front door (firewall.allowed)
     "firewall": True,                   # other hosts reach only SSH and the front door (module_utils/plan/firewall.py)
     "boot_start": True,                 # each node's supervisor brings the model back after a boot (module_utils/plan/boot.py)
     "images_kept": 2,                   # verified images kept on every node: the serving one and the one before it
