@@ -235,6 +235,9 @@ def test_an_outsider_reaches_only_ssh_and_the_front_door_whatever_listens(client
     assert int(port) in ports["sim-head"], ports
     workers = [p for p in ports["sim-head"] if 10002 <= p <= 10101]
     assert workers and 6379 in ports["sim-head"] and 6800 in ports["sim-worker1"], ports  # Ray's, vLLM's rank among them
+    bound = node_docker_exec("sim-head", ["ss", "-H", "-t", "-l", "-n"])
+    for number in (6379, 6800, 6801, int(port)):
+        assert "0.0.0.0:%d " % number in bound, bound  # on every interface: the table, not the address, refuses the outsider
     targets = ["%s:%d" % (address, p) for node, addresses in NODE_ADDRESSES.items() for address in addresses for p in ports[node]]
     answers = connect_all(targets)
     opened = sorted(t for t, answer in answers.items() if answer == "open")

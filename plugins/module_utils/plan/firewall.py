@@ -74,8 +74,9 @@ def ray_port_ranges(offset=0):
 
 
 SSH_PORT = 22
-# Replies conntrack cannot pair with a request (the DHCP server answers a broadcast): the client ports of DHCP and DHCPv6.
-DHCP_CLIENT_PORTS = ("68", "546")
+# Answers conntrack cannot pair with a request (to a broadcast or multicast one): the client ports of DHCP and DHCPv6,
+# and multicast DNS (a node's .local name, and the names it resolves: NVIDIA Sync finds a Spark by it).
+UNPAIRED_UDP = ("68", "546", "5353")
 
 
 def ruleset(cluster, addresses, opened_tcp, opened_udp=()):
@@ -93,22 +94,26 @@ def ruleset(cluster, addresses, opened_tcp, opened_udp=()):
         "    set nodes {",
         "        type ipv4_addr",
         "        flags interval",
+        "        auto-merge",
         "        elements = { %s }" % ", ".join(sorted(addresses)),
         "    }",
         "    set opened_tcp {",
         "        type inet_service",
         "        flags interval",
+        "        auto-merge",
         "        elements = { %s }" % ", ".join(opened_tcp),
         "    }",
         "    set opened_udp {",
         "        type inet_service",
         "        flags interval",
-        "        elements = { %s }" % ", ".join(list(DHCP_CLIENT_PORTS) + [p for p in opened_udp if p not in DHCP_CLIENT_PORTS]),
+        "        auto-merge",
+        "        elements = { %s }" % ", ".join(list(UNPAIRED_UDP) + [p for p in opened_udp if p not in UNPAIRED_UDP]),
         "    }",
         "    chain input {",
         "        type filter hook input priority filter - 10; policy accept;",
         '        iifname "lo" accept',
         "        ct state established,related accept",
+        "        ct state invalid drop",
         "        meta l4proto { icmp, ipv6-icmp } accept",
         "        ip saddr @nodes accept",
         "        tcp dport @opened_tcp accept",
@@ -155,9 +160,10 @@ def check(name, facts, findings):
 ALLOW = re.compile(r"^(\d{1,5})(?:-(\d{1,5}))?(?:/(tcp|udp))?$")
 
 
-def allowed(entries, findings):
+def allowed(entries, findings, reserved=()):
     """vllm_firewall_allow as set elements: {"tcp": [...], "udp": [...]}. Each entry is a port or a range, TCP unless
-    it ends in /udp: 5353/udp, 8888, 9000-9010/tcp. A bad entry is an error naming it."""
+    it ends in /udp: 5353/udp, 8888, 9000-9010/tcp. A bad entry is an error naming it, and so is one that opens a port
+    of the cluster's own (``reserved``: (low, high, what)) to every host."""
     found = {"tcp": [], "udp": []}
     if entries in (None, ""):
         return found
@@ -170,27 +176,47 @@ def allowed(entries, findings):
             findings.error("all", entry, "vllm_firewall_allow: %r is not a port, a range or either with /tcp or /udp (22, "
                            "9000-9010, 5353/udp); each entry opens that port on every node to every host" % (entry,))
             continue
-        found[match.group(3) or "tcp"].append(str(low) if low == high else "%d-%d" % (low, high))
+        proto = match.group(3) or "tcp"
+        clash = next((what for first, last, what in reserved if proto == "tcp" and low <= last and first <= high), None)
+        if clash:
+            findings.error("all", entry, "vllm_firewall_allow: %s would open %s to every host; only the cluster's nodes may "
+                           "reach it. Remove the entry, or move your service to another port" % (entry, clash))
+            continue
+        found[proto].append(str(low) if low == high else "%d-%d" % (low, high))
     return found
 
 
-def reach(entries, settings, nodes, findings):
+def cluster_ports(entries, settings):
+    """The TCP ports the cluster's own programs listen on, each deployment's (Ray's pinned ones, the rendezvous, the
+    model copy's rsync) and the nodes' figures: what the allow list must not open to every host."""
+    ports = [(settings["monitoring"].get("node_port") or 9101, settings["monitoring"].get("node_port") or 9101, "the nodes' figures")]
+    for entry in entries or [{}]:
+        own = dict(settings, **(entry.get("settings") or {}))
+        ports += [(own["ray_port"], own["ray_port"], "Ray's GCS"), (own["master_port"], own["master_port"], "the mp rendezvous"),
+                  (own["rsync_port"], own["rsync_port"], "the model copy's rsync")]
+        ports += [(low, high, "Ray's ports %d-%d" % (low, high)) for low, high in ray_port_ranges(own.get("ray_ports_offset") or 0)]
+    return ports
+
+
+def reach(entries, settings, nodes, findings, gateway=False):
     """What every deployment's table admits, the same on every node of the cluster: the nodes (every fabric address of
-    the inventory, the Prometheus host's too: it scrapes the nodes' figures), and per host the TCP ports everyone
-    reaches (SSH, the front doors and the gateway on their hosts, Prometheus beyond loopback, the allow list) and the
-    UDP ones (the allow list). ``entries``: the deployments (placement), ``nodes``: host -> inventory values."""
-    allow = allowed(settings.get("firewall_allow"), findings)
+    the inventory; the Prometheus host is one), and per host the TCP ports everyone reaches (SSH: 22, the inventory's
+    ansible_port and the port the probe's connection arrived at; each deployment's front door on its head; the
+    gateway's port on the first head when there is one; Prometheus where it listens beyond loopback; the allow list)
+    and the UDP ones (the allow list). ``entries``: the deployments (placement), ``nodes``: host -> inventory values and
+    what the probe read."""
+    allow = allowed(settings.get("firewall_allow"), findings, cluster_ports(entries, settings))
     addresses = sorted({str(v["fabric_ip"]) for v in nodes.values() if v.get("fabric_ip")})
     opened = {}
     for host, values in nodes.items():
-        ports = {str(SSH_PORT), str(values.get("ssh_port") or SSH_PORT)}
-        opened[host] = ports
+        opened[host] = {str(p) for p in (SSH_PORT, values.get("ssh_port"), values.get("connection_port")) if p}
     for entry in entries:
         if entry.get("head") in opened:
             opened[entry["head"]].add(str((entry.get("settings") or {}).get("port") or settings["port"]))
     first = entries[0]["head"] if entries else None
     if first in opened:
-        opened[first].add(str(settings["port"]))  # the gateway's, when there is one (the one deployment's otherwise)
+        if gateway:
+            opened[first].add(str(settings["port"]))
         watch = settings.get("monitoring") or {}
         host, dummy, port = str(watch.get("listen") or "").rpartition(":")
         if watch.get("enabled") and port.isdigit() and not host.startswith("127.") and host not in ("localhost", "[::1]"):

@@ -37,7 +37,8 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
     figures = placement.figures_nodes(entries)
     # Every deployment's firewall admits the same hosts and ports on a node: the whole cluster's (firewall.reach).
     inputs = dict(inputs, settings=dict(inputs.get("settings") or {},
-                                        firewall_reach=firewall.reach(entries, settings, inputs.get("nodes") or {}, findings)))
+                                        firewall_reach=firewall.reach(entries, settings, probed_nodes(inputs, probes), findings,
+                                                                      shared.gateway_on(settings, len(entries)))))
     scraper = str((inputs["nodes"].get(entries[0]["head"]) or {}).get("fabric_ip")) if entries and entries[0]["head"] else None
     plans, settings_of = {}, {}
     for entry in entries if not findings.errors else []:
@@ -79,6 +80,16 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
                 result["probes"].setdefault(host, {})[name] = node["probe"]
     result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
     return result
+
+
+def probed_nodes(inputs, probes):
+    """Each host's inventory values with what any deployment's probe read of it (its connection's port)."""
+    nodes = {h: dict(v or {}) for h, v in (inputs.get("nodes") or {}).items()}
+    for facts in (probes or {}).values():
+        for host, found in (facts or {}).items():
+            if host in nodes and (found or {}).get("connection_port"):
+                nodes[host]["connection_port"] = found["connection_port"]
+    return nodes
 
 
 def gateway_checks(gateway, unchanged, order):

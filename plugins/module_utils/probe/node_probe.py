@@ -165,6 +165,13 @@ def connection_interface(found, ssh_connection):
     return next((ifname for ifname, cidrs in sorted(found.items()) if any(c.split("/")[0] == fields[2] for c in cidrs)), None)
 
 
+def connection_port(ssh_connection):
+    """The port the Ansible connection arrived at on this node (the fourth field of SSH_CONNECTION: sshd's), or None for
+    a local connection. The firewall opens it whatever the inventory says (firewall.reach)."""
+    fields = (ssh_connection or "").split()
+    return int(fields[3]) if len(fields) >= 4 and fields[3].isdigit() else None
+
+
 def resolve(name):
     """The IPv4 addresses ``name`` resolves to on this node (the node's resolver, /etc/hosts included), in its order."""
     try:

@@ -97,6 +97,7 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
     common = dict(roce=node_probe.roce(node["sysfs_root"], warn), docker=node_probe.docker_info(batch, docker),
                   listening=node_probe.lines(batch, LISTENING), interfaces=found, addresses=node_probe.addresses(found),
                   connection_interface=node_probe.connection_interface(found, ssh_connection),
+                  connection_port=node_probe.connection_port(ssh_connection),
                   system_nccl=nccl_lib.system(warn=warn))
     docker_ps = node_probe.lines(batch, docker_ps_argv(docker)) if common["docker"] is not None else []
     # One listing of the kept tags and one inspect of the containers for every deployment, each taking its own.

@@ -25,29 +25,37 @@ def test_every_port_ray_opens_is_pinned():
     assert all(any(low <= port <= high for low, high in ranges) for port in pinned)  # none left out
 
 
-def reach(entries, nodes, **given):
+def reach(entries, nodes, gateway=False, **given):
     settings = base.normalize_settings(given)
     settings["monitoring"] = dict(settings.get("monitoring") or {})
     findings = base.Findings()
-    return firewall.reach(entries, settings, nodes, findings), findings
+    return firewall.reach(entries, settings, nodes, findings, gateway), findings
 
 
 def test_other_hosts_reach_ssh_and_the_front_doors_on_their_heads_and_the_allow_list_everywhere():
-    nodes = {"spark1": {"fabric_ip": NODES[0]}, "spark2": {"fabric_ip": NODES[1], "ssh_port": 2222}}
+    # SSH: 22, the inventory's ansible_port and the port the probe's own connection arrived at (sshd's, whatever the
+    # inventory says)
+    nodes = {"spark1": {"fabric_ip": NODES[0], "connection_port": 22}, "spark2": {"fabric_ip": NODES[1], "ssh_port": 2222, "connection_port": 2200}}
     one = [{"name": "dgx-spark", "head": "spark1", "hosts": ["spark1", "spark2"]}]
     found, findings = reach(one, nodes)
-    assert found == {"nodes": NODES, "udp": [], "tcp": {"spark1": ["22", "8000"], "spark2": ["22", "2222"]}} and not findings.errors
+    assert found == {"nodes": NODES, "udp": [], "tcp": {"spark1": ["22", "8000"], "spark2": ["22", "2200", "2222"]}} and not findings.errors
     # Several deployments behind the gateway: each door on its head, the gateway's port on the first head; Prometheus
     # where vllm_monitoring_listen opens it beyond loopback; the inventory's own ports on every node.
     several = [{"name": "a", "head": "spark1", "settings": {"port": 8001}}, {"name": "b", "head": "spark2", "settings": {"port": 8002}}]
-    found, findings = reach(several, nodes, monitoring={"enabled": True, "listen": "192.168.1.10:9090"},
+    found, findings = reach(several, nodes, gateway=True, monitoring={"enabled": True, "listen": "192.168.1.10:9090"},
                             firewall_allow=[8888, "9000-9010/tcp", "5353/udp"])
-    assert found["tcp"] == {"spark1": ["22", "8000", "8001", "9090", "8888", "9000-9010"], "spark2": ["22", "2222", "8002", "8888", "9000-9010"]}
+    assert found["tcp"] == {"spark1": ["22", "8000", "8001", "9090", "8888", "9000-9010"],
+                            "spark2": ["22", "2200", "2222", "8002", "8888", "9000-9010"]}
     assert found["udp"] == ["5353"] and not findings.errors
-    found, findings = reach(one, nodes, monitoring={"enabled": True, "listen": "127.0.0.1:9090"}, firewall_allow=["80/sctp", "0", "9-8", "x"])
-    assert "9090" not in found["tcp"]["spark1"]
-    assert [e["value"] for e in findings.errors] == ["80/sctp", "0", "9-8", "x"]
+    # Several without the gateway: no port of the cluster's own is opened on the first head for nothing
+    assert reach(several, nodes)[0]["tcp"]["spark1"] == ["22", "8001"]
+    found, findings = reach(one, nodes, monitoring={"enabled": True, "listen": "127.0.0.1:9090"},
+                            firewall_allow=["80/sctp", "0", "9-8", "x", "10000-10100", "6379", "6379/udp"])
+    assert "9090" not in found["tcp"]["spark1"] and found["udp"] == ["6379"]
+    assert [e["value"] for e in findings.errors] == ["80/sctp", "0", "9-8", "x", "10000-10100", "6379"]
     assert "vllm_firewall_allow: '80/sctp' is not a port, a range or either with /tcp or /udp" in findings.errors[0]["message"]
+    assert "10000-10100 would open Ray's ports 10001-10101 to every host" in findings.errors[4]["message"]
+    assert "6379 would open Ray's GCS to every host" in findings.errors[5]["message"]
 
 
 def test_the_table_is_named_after_the_cluster_and_its_unit_loads_it_before_docker():
@@ -74,14 +82,16 @@ def fixture_netns():
 
 def test_nft_loads_the_ruleset_twice_into_one_table_and_touches_no_other(netns, tmp_path):
     script = tmp_path / "firewall.nft"
-    script.write_text(firewall.ruleset("dgx-spark", NODES, ["22", "8000"], ["5353"]))
+    # overlapping elements (a range over an opened port, an address in a ring's link subnet) merge, never refuse to load
+    script.write_text(firewall.ruleset("dgx-spark", NODES + ["192.168.100.0/30"], ["22", "8000", "20-30"], ["5353", "60-70"]))
     subprocess.run(netns + ["nft", "add", "table", "ip", "someone_elses"], check=True)
     for dummy in range(2):  # loading again (a re-run, a boot) replaces the table, never adds a second one
         subprocess.run(netns + ["nft", "-f", str(script)], check=True)
     listed = subprocess.run(netns + ["nft", "list", "ruleset"], check=True, capture_output=True, text=True).stdout
     assert listed.count("table inet dgx_spark_vllm_dgx_spark") == 1 and "table ip someone_elses" in listed
     assert "ip saddr @nodes accept" in listed and "meta l4proto tcp reject with tcp reset" in listed
-    assert "elements = { 22, 8000 }" in listed and "elements = { 68, 546, 5353 }" in listed
+    assert "elements = { 20-30, 8000 }" in listed and "elements = { 60-70, 546, 5353 }" in listed
+    assert "ct state invalid drop" in listed
 
 
 # Listens on every port given, then connects from the other namespace: prints each port's answer.
@@ -123,8 +133,13 @@ def test_a_host_outside_the_cluster_reaches_only_the_opened_ports_whatever_liste
                 subprocess.run(ns + ["ip", "addr", "add", address, "dev", link], check=True)
             subprocess.run(ns + ["ip", "link", "set", link, "up"], check=True)
             subprocess.run(ns + ["ip", "link", "set", "lo", "up"], check=True)
+        settings = base.normalize_settings({})
+        settings["monitoring"] = {}
+        settings["firewall_reach"] = firewall.reach([{"name": "dgx-spark", "head": "spark1"}], settings,
+                                                    {"spark1": {"fabric_ip": NODES[0]}, "spark2": {"fabric_ip": NODES[1]}}, base.Findings())
+        planned = firewall.plan(settings, "ray", NODES, base.node_paths(settings, "spark1", None), "spark1")
         script = tmp_path / "firewall.nft"
-        script.write_text(firewall.ruleset("dgx-spark", NODES, ["22", "8000"]))
+        script.write_text(planned["files"][0]["content"])  # the plan's table for the head, as serve.yml writes it
         subprocess.run(node + ["nft", "-f", str(script)], check=True)
         ports = ["22", "8000", "6379", "43117"]
         listener = subprocess.Popen(node + ["python3", "-c", LISTEN] + ports, stdout=subprocess.PIPE, text=True)
