@@ -302,7 +302,7 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     entry["writes"] = changes.state_writes(inputs["nodes"][name], paths, commands.state_files(inputs, paths, cluster["non_carry_over_env_vars"]))
     # A ring's nodes reach each other from their links' addresses too (NCCL's and torch's sockets over the links).
     links = [link["subnet"] for link in (inputs.get("ring") or {}).get("links") or []]
-    entry["firewall"] = firewall.plan(settings, backend, cluster["expected_ips"] + links, paths, name) if settings["firewall"] else None
+    entry["firewall"] = firewall.plan(settings, backend, cluster["expected_ips"], paths, name, links) if settings["firewall"] else None
     entry["writes"]["firewall"] = changes.firewall_writes(inputs["nodes"][name], entry["firewall"])
     entry["ring"] = ring_node(inputs, name, paths)
     entry["stale_models_argv"] = commands.stale_models_argv(settings, name, paths)

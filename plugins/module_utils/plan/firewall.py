@@ -16,9 +16,10 @@ So the table does not tell the cluster's sockets from the host's other services:
 connection from a host that is not a node of the cluster (by source address: its fabric addresses, and the
 Prometheus host's), whatever the port, except the ports it opens to everyone (``opened``): SSH (22 and the port
 Ansible connects to), each deployment's front door (or the gateway) on its head, Prometheus where
-vllm_monitoring_listen opens it beyond loopback, DHCP's client replies, and the inventory's own
-(``vllm_firewall_allow``: the host's other services). Loopback, replies to the node's own connections and ICMP pass.
-Refused: a TCP reset or an ICMP port unreachable, never a silent drop. Other protocols pass.
+vllm_monitoring_listen opens it beyond loopback, the answers conntrack cannot pair with a request (DHCP, multicast
+DNS), and the inventory's own (``vllm_firewall_allow``: the host's other services). Loopback, replies to the node's own
+connections and ICMP pass; invalid packets are dropped. Refused: a TCP reset or an ICMP port unreachable (the kernel
+answers no broadcast or multicast). Other protocols pass.
 
 The table is the collection's alone (named after the deployment, removed by teardown.yml); it never touches another
 table, Docker's included, and its accepts decide nothing for them. Every deployment's table on a node admits the same
@@ -189,7 +190,8 @@ def allowed(entries, findings, reserved=()):
 def cluster_ports(entries, settings):
     """The TCP ports the cluster's own programs listen on, each deployment's (Ray's pinned ones, the rendezvous, the
     model copy's rsync) and the nodes' figures: what the allow list must not open to every host."""
-    ports = [(settings["monitoring"].get("node_port") or 9101, settings["monitoring"].get("node_port") or 9101, "the nodes' figures")]
+    figures = settings["monitoring"].get("node_port") or monitoring.DEFAULTS["node_port"]
+    ports = [(figures, figures, "the nodes' figures")]
     for entry in entries or [{}]:
         own = dict(settings, **(entry.get("settings") or {}))
         ports += [(own["ray_port"], own["ray_port"], "Ray's GCS"), (own["master_port"], own["master_port"], "the mp rendezvous"),
@@ -226,14 +228,13 @@ def reach(entries, settings, nodes, findings, gateway=False):
                     for h, p in opened.items()}}
 
 
-def plan(settings, backend, addresses, paths, node=None):
+def plan(settings, backend, addresses, paths, node=None, links=()):
     """What the planner gives the fabric role on a node: the table, its script and the unit, at the node's paths. The
     hosts and ports it admits are the whole cluster's (``settings["firewall_reach"]``, firewall.reach; without it, this
-    deployment's nodes and SSH alone); the Prometheus host is one of the nodes where this deployment's supervisor serves
-    the node's figures (``monitoring.scraper``)."""
+    deployment's nodes and SSH alone), and this deployment's ring's link subnets (``links``); the Prometheus host is one
+    of the nodes where this deployment's supervisor serves the node's figures (``monitoring.scraper``)."""
     cluster = settings["cluster_name"]
     given = settings.get("firewall_reach") or {}
-    links = [a for a in addresses if "/" in str(a)]  # a ring's link subnets (this deployment's own)
     addresses = set(given.get("nodes") or addresses) | set(links)
     if monitoring.serves_figures(settings, node):  # each node's figures, for the Prometheus host too
         scraper = settings["monitoring"].get("scraper")

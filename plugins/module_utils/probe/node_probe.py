@@ -292,7 +292,7 @@ def model_copy(models_dir, model_id, revision=None):
     """What the model role's check would read of this node's copy, without a module run of its own: the snapshot's
     commit, {relative path: size} of its files (model_files.walk), the shards its safetensors index names and the
     manifest the fetch kept here. The planner judges every copy with model_files.check against the head's manifest
-    (plan/model_copy.py); None when the model cannot be located."""
+    (plan/changes.model_copies); None when the model cannot be located."""
     try:
         where = mf.locate(models_dir, model_id, revision)
         key = mf.manifest_key(model_id, where["commit"])

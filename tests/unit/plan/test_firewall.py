@@ -70,6 +70,10 @@ def test_the_table_is_named_after_the_cluster_and_its_unit_loads_it_before_docke
     assert "Before=network-pre.target docker.service" in unit["content"]
     assert "elements = { 192.168.100.10, 192.168.100.11 }" in rules["content"]
     assert planned["opened_tcp"] == ["22"]  # without the planner's reach: SSH alone
+    # a ring's link subnets are among the nodes (NCCL's and torch's sockets over the links)
+    ringed = firewall.plan(base.normalize_settings({"cluster_name": "lab-2"}), "ray", NODES, paths, links=["192.168.30.0/24"])
+    assert ringed["addresses"] == NODES + ["192.168.30.0/24"]
+    assert "elements = { 192.168.100.10, 192.168.100.11, 192.168.30.0/24 }" in ringed["files"][0]["content"]
 
 
 @pytest.fixture(name="netns")
