@@ -66,3 +66,46 @@ def record(kind, name, does, seconds=None, load=None):
     row = {"kind": kind, "name": name, "does": does, "load": load, "seconds": None if seconds is None else round(seconds, 1)}
     with open(RELIABILITY, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(row) + chr(10))
+
+
+# Reaching the simulated nodes as an outsider (this machine sits on both networks and is no node) or as a node.
+def node_docker_exec(node, argv):
+    """A command on the simulated node itself (not in one of its containers); its output, stripped."""
+    import docker
+
+    result = docker.from_env().containers.get(node).exec_run(argv)
+    assert result.exit_code == 0, result.output
+    return result.output.decode().strip()
+
+
+# Connects to each address:port given as argv (from the source address argv[1], or any), 3 s each at most; prints JSON
+# {"address:port": "open" | "refused" | the error's name}.
+CONNECT_ALL = """
+import json, socket, sys
+found = {}
+for target in sys.argv[2:]:
+    address, port = target.rsplit(":", 1)
+    s = socket.socket(); s.settimeout(3)
+    if sys.argv[1] != "any": s.bind((sys.argv[1], 0))
+    try:
+        s.connect((address, int(port))); found[target] = "open"
+    except ConnectionRefusedError:
+        found[target] = "refused"
+    except OSError as exc:
+        found[target] = type(exc).__name__
+    s.close()
+print(json.dumps(found))
+"""
+NODE_ADDRESSES = {"sim-head": ("10.209.0.10", "10.210.0.10"), "sim-worker1": ("10.209.0.11", "10.210.0.11")}
+
+
+def listening(node):
+    """Every TCP port node listens on, as ss shows it there (its own services and every container's: host networking)."""
+    rows = node_docker_exec(node, ["ss", "-H", "-t", "-l", "-n"]).splitlines()
+    return sorted({int(row.split()[3].rsplit(":", 1)[1]) for row in rows})
+
+
+def connect_all(targets, node=None, source="any"):
+    argv = ["python3", "-c", CONNECT_ALL, source] + list(targets)
+    out = node_docker_exec(node, argv) if node else subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return json.loads(out)

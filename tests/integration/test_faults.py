@@ -16,7 +16,8 @@ import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring
 from load import Load
-from runner import ROOT, SIM_ROOT, environment, node_docker, recap, record, run
+from runner import (ROOT, SIM_ROOT, NODE_ADDRESSES, connect_all, environment, listening, node_docker, node_docker_exec, recap, record,
+                    run)
 
 pytestmark = pytest.mark.slow
 
@@ -169,12 +170,6 @@ def connect(address, port, node=None, source=None):
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def node_docker_exec(node, argv):
-    result = docker.from_env().containers.get(node).exec_run(argv)
-    assert result.exit_code == 0, result.output
-    return result.output.decode().strip()
-
-
 def models_status(key=None):
     headers = {"Authorization": "Bearer " + key} if key else {}
     try:
@@ -182,39 +177,6 @@ def models_status(key=None):
             return answer.status
     except urllib.error.HTTPError as exc:
         return exc.code
-
-
-# Connects to each address:port given as argv (from the source address argv[1], or any), 3 s each at most; prints JSON
-# {"address:port": "open" | "refused" | the error's name}.
-CONNECT_ALL = """
-import json, socket, sys
-found = {}
-for target in sys.argv[2:]:
-    address, port = target.rsplit(":", 1)
-    s = socket.socket(); s.settimeout(3)
-    if sys.argv[1] != "any": s.bind((sys.argv[1], 0))
-    try:
-        s.connect((address, int(port))); found[target] = "open"
-    except ConnectionRefusedError:
-        found[target] = "refused"
-    except OSError as exc:
-        found[target] = type(exc).__name__
-    s.close()
-print(json.dumps(found))
-"""
-NODE_ADDRESSES = {"sim-head": ("10.209.0.10", "10.210.0.10"), "sim-worker1": ("10.209.0.11", "10.210.0.11")}
-
-
-def listening(node):
-    """Every TCP port node listens on, as ss shows it there (its own services and every container's: host networking)."""
-    rows = node_docker_exec(node, ["ss", "-H", "-t", "-l", "-n"]).splitlines()
-    return sorted({int(row.split()[3].rsplit(":", 1)[1]) for row in rows})
-
-
-def connect_all(targets, node=None, source="any"):
-    argv = ["python3", "-c", CONNECT_ALL, source] + list(targets)
-    out = node_docker_exec(node, argv) if node else subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
 
 
 def test_an_outsider_reaches_only_ssh_and_the_front_door_whatever_listens(client):

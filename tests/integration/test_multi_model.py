@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from load import Load
-from runner import ROOT, node_docker, recap, record, run
+from runner import NODE_ADDRESSES, ROOT, connect_all, node_docker, recap, record, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
@@ -84,10 +84,14 @@ def test_both_models_answer_through_one_url_and_one_key_and_each_backend_keeps_i
     # Without the key, or with another, the gateway answers no completion (LiteLLM without a database says 400/500).
     assert call("/v1/chat/completions", {"model": "sim-tiny", "messages": [{"role": "user", "content": "Hi"}]})[0] >= 400
     assert call("/v1/models", token="sk-not-the-key")[0] >= 400
-    # Each deployment's vLLM takes its own key, which clients never hold.
-    assert call("/v1/models", token=key(), base="http://10.209.0.10:8001")[0] == 401
-    assert call("/v1/models", token=key("vllm_api_key-chat"), base="http://10.209.0.10:8001")[0] == 200
-    assert call("/v1/models", token=key("vllm_api_key-coder"), base="http://10.209.0.10:8002")[0] == 200
+    # Behind the gateway, each deployment's own door is the cluster's alone: an outsider on either network (this
+    # machine) reaches neither door at any address of either node...
+    doors = ["%s:%d" % (a, p) for addresses in NODE_ADDRESSES.values() for a in addresses for p in (8001, 8002)]
+    assert set(connect_all(doors).values()) == {"refused"}, connect_all(doors)
+    # ...and from the head, as the gateway asks them, each takes its own key, which clients never hold, and refuses theirs.
+    assert backends() == {"sim-tiny": ["http://10.210.0.10:8001/v1", 200, 401, 401],
+                          "sim-tiny-ring": ["http://10.210.0.10:8002/v1", 200, 401, 401]}
+    print("outsider: %d backend door x address pairs tried, %d answered" % (len(doors), 0))
     out, seconds, dummy = FIRST[0]
     record("multi-model", "serve.yml, two deployments and the gateway", "both answer through one URL", seconds)
     assert "The gateway on sim-head serves sim-tiny, sim-tiny-ring at http://10.209.0.10:8000/v1" in out
@@ -136,8 +140,9 @@ def test_a_second_run_changes_nothing_and_loses_no_request(served):
     # Each deployment and the gateway in front of them answered one streamed token, asked at once; the gateway's full
     # verification (every model streamed through it) is for a run that changed something.
     shown = out.split("Show each summary", 1)[1].split("TASK [", 1)[0]
-    for name, endpoint in (("chat:", ":8001/v1"), ("coder:", ":8002/v1"), ("gateway:", ":8000/v1")):
-        assert name in shown and endpoint in shown, shown
+    # each deployment asked where its clients ask it: through the gateway, for its model
+    assert all(name in shown for name in ("chat:", "coder:", "gateway:")) and shown.count("10.209.0.10:8000/v1") == 3, shown
+    assert ":8001" not in shown and ":8002" not in shown, shown
     assert len(re.findall(r"first_token_seconds: \d", shown)) == 3, shown
     assert "refused_without_key: true" in shown and "Verify every model through the gateway" not in out
     assert figures["failed"] == 0 and figures["requests"] >= 8, json.dumps(figures)  # whole, with the first errors (a dict would be cut short)
@@ -189,7 +194,7 @@ def test_a_changed_deployment_restarts_alone_while_the_other_answers(served):
     with open(os.path.join(INVENTORY, ".artifacts", "plan.json"), encoding="utf-8") as handle:
         argv = json.load(handle)["deployments"]["coder"]["nodes"]["sim-head"]["serve"]["argv"]
     assert argv[argv.index("--max-model-len") + 1] == "512"
-    assert call("/v1/models", token=key("vllm_api_key-coder"), base="http://10.209.0.10:8002")[0] == 200
+    assert backends()["sim-tiny-ring"][1] == 200
     assert figures["failed"] == 0 and figures["requests"] >= 4, json.dumps(figures)  # whole, with the first errors (a dict would be cut short)
     # Leave the cluster as the inventory has it: the scenarios after this one (recover, upgrade and its rollback, whose
     # next serve.yml must change nothing) start from the inventory's deployments, not from this run's -e.
@@ -198,6 +203,27 @@ def test_a_changed_deployment_restarts_alone_while_the_other_answers(served):
     figures = load.figures()
     assert containers() == before and out.count("Changes: none, every container and vLLM run as planned") == 1
     assert "Changes: sim-head: restart vLLM" in out and figures["failed"] == 0, json.dumps(figures)
+
+
+# On the head, as the gateway asks its backends: each model's door with the key the gateway holds for it, with the
+# clients' key, and with none. Reads the gateway's configuration there (root's, 0600): no key in an argv.
+BACKENDS = """
+import json, urllib.error, urllib.request
+config = json.load(open("/var/lib/dgx-spark-vllm/dgx-spark/gateway/config.yaml"))
+def status(url, key):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": "Bearer " + key} if key else {}), timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+print(json.dumps({m["model_name"]: [m["litellm_params"]["api_base"]] + [status(m["litellm_params"]["api_base"] + "/models", k) for k in (
+    m["litellm_params"]["api_key"], config["general_settings"]["master_key"], None)] for m in config["model_list"]}))
+"""
+
+
+def backends():
+    """{model: [its door's URL as the gateway has it, status with its own key, with the clients' key, with none]}."""
+    return json.loads(node_exec("sim-head", ["python3", "-c", BACKENDS]))
 
 
 def node_exec(node, argv):
@@ -219,7 +245,7 @@ def prometheus_targets():
 def test_one_prometheus_watches_both_deployments_and_each_node_once(served):
     targets = prometheus_targets()
     assert targets == [("spark-nodes", None, "http://10.210.0.10:9101/metrics", "up"), ("spark-nodes", None, "http://10.210.0.11:9101/metrics", "up"),
-                       ("vllm", "chat", "http://10.209.0.10:8001/metrics", "up"), ("vllm", "coder", "http://10.209.0.10:8002/metrics", "up")], targets
+                       ("vllm", "chat", "http://10.210.0.10:8001/metrics", "up"), ("vllm", "coder", "http://10.210.0.10:8002/metrics", "up")], targets
     assert [n for n in containers() if n.endswith("prometheus")] == ["dgx-spark-prometheus"]
 
 

@@ -86,8 +86,8 @@ def cluster_paths(inputs):
     findings = Findings()
     order, head = inputs.get("order", []), (inputs.get("head_hosts") or [None])[0]
     check_head(inputs.get("head_hosts"), findings)
-    advertised = nodes_check.bind_address(settings, head, inputs["nodes"].get(head) or {}, Findings())[1]
-    url = endpoint_url(settings, advertised)
+    where = door_address(inputs, settings, head, nodes_check.bind_address(settings, head, inputs["nodes"].get(head) or {}, Findings()))
+    url = where["url"]
     logs = reports(settings)["logs"]
     result = {"stage": "paths", "head": head, "nodes_order": order,
               "nodes": {n: {"is_head": n == head, "fabric_ip": str(inputs["nodes"][n].get("fabric_ip")), "paths": paths,
@@ -109,8 +109,25 @@ def cluster_paths(inputs):
                           "reports": reports(settings), "records_on": records.keepers(order),
                           "expected_ips": [str(inputs["nodes"][n].get("fabric_ip")) for n in order],
                           "endpoint": {"url": url, "health_url": url + "/health", "api_url": url + "/v1",
-                                       "api_key_file": settings["api_key_file"]}}}
+                                       "api_key_file": settings["api_key_file"], "behind_gateway": where["behind_gateway"],
+                                       "client_bind_address": where["client_bind"], "client_address": where["client_advertised"],
+                                       "client": {"url": url, "api_url": url + "/v1", "health_path": door.HEALTH_PATH,
+                                                  "api_key_file": settings["api_key_file"]}}}}
     return finish(result, findings)
+
+
+def door_address(inputs, settings, head, client):
+    """Where a deployment's front door listens on its head (``bind``, ``advertised``, its ``url``), from where clients
+    reach the head (``client``: nodes_check.bind_address's pair). The same, but behind the gateway
+    (``inputs["behind_gateway"]``): then the door is a backend that only the cluster reaches, on the head's fabric
+    address (the firewall admits the nodes alone there, firewall.reach), and the gateway listens where clients reach."""
+    behind = bool(inputs.get("behind_gateway"))
+    if behind and head in (inputs.get("nodes") or {}):
+        fabric = str(inputs["nodes"][head].get("fabric_ip"))
+        return {"bind": fabric, "advertised": fabric, "url": "http://%s:%d" % (fabric, settings["port"]), "behind_gateway": True,
+                "client_bind": client[0], "client_advertised": client[1]}
+    return {"bind": client[0], "advertised": client[1], "url": endpoint_url(settings, client[1]), "behind_gateway": False,
+            "client_bind": client[0], "client_advertised": client[1]}
 
 
 def plan_deployment(inputs, stage="full"):
@@ -161,7 +178,7 @@ def plan_deployment(inputs, stage="full"):
         return finish(result, findings)
     if not settings["image"]:
         findings.error("all", None, "no image: set vllm_image (a vLLM image with Ray), or let the image role build one")
-    inputs["endpoint"] = dict(zip(("bind", "advertised"), nodes_check.bind_address(settings, head, inputs["nodes"][head], findings)))
+    inputs["endpoint"] = door_address(inputs, settings, head, nodes_check.bind_address(settings, head, inputs["nodes"][head], findings))
     use_roce = environment.transport(inputs, findings)
     node_env = environment.node_environment(inputs, findings, use_roce)
     inputs["nccl_library"] = nccl_library.plan(settings, (inputs.get("image_info") or {}).get("nccl"),
@@ -237,7 +254,7 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
     head_ip = str(inputs["nodes"][result["head"]]["fabric_ip"])
     image = inputs.get("image_info") or {}
     profile = inputs["profile"]
-    url = endpoint_url(settings, inputs["endpoint"]["advertised"])
+    url = inputs["endpoint"]["url"]
     bind = inputs["endpoint"]["bind"]
     local = "%s:%d" % ("127.0.0.1" if bind in (None, "0.0.0.0") else bind, settings["port"])  # the head reaches vLLM there
     revision = result["model"]["revision"]
@@ -263,6 +280,12 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
                      "local_health_url": "http://%s/health" % local,
                      "served_model_name": profile["model"].get("served_name") or profile["model"]["id"],
                      "api_key_env": "VLLM_API_KEY", "api_key_file": settings["api_key_file"],
+                     "behind_gateway": inputs["endpoint"]["behind_gateway"],
+                     "client_bind_address": inputs["endpoint"]["client_bind"], "client_address": inputs["endpoint"]["client_advertised"],
+                     # where clients reach its model, as the verification, a run that changes nothing and status.yml ask
+                     # it: its own door, or the gateway in front of it (shared.through_gateway)
+                     "client": {"url": url, "api_url": url + "/v1", "health_path": door.HEALTH_PATH, "api_key_file": settings["api_key_file"],
+                                "keyless_checked": list(door.KEYLESS_CHECKED), "keyless_status": door.UNAUTHORIZED_STATUS},
                      # what a run that changes nothing asks of it (vllm_endpoint_info's endpoints, with the others at once)
                      "check": {"name": settings["cluster_name"], "url": url, "api_key_file": settings["api_key_file"],
                                "model": profile["model"].get("served_name") or profile["model"]["id"]}},

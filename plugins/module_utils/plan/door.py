@@ -144,8 +144,7 @@ def plan(name, image, labels, listen, port, folder, socket_folder, key_digest):
     return {"container": container, "folder": folder, "socket_folder": socket_folder, "listen": "%s:%d" % (listen, int(port)),
             "build_folder": folder + "/build", "build_file": folder + "/build/Dockerfile",
             "files": [{"path": folder + "/nginx.conf", "content": config, "mode": "0644"}],
-            "keys_file": folder + "/keys.conf", "health_path": HEALTH_PATH, "keyless_checked": list(KEYLESS_CHECKED),
-            "keyless_status": UNAUTHORIZED_STATUS}
+            "keys_file": folder + "/keys.conf", "health_path": HEALTH_PATH}
 
 
 def image(settings):

@@ -203,8 +203,8 @@ def cluster_ports(entries, settings):
 def reach(entries, settings, nodes, findings, gateway=False):
     """What every deployment's table admits, the same on every node of the cluster: the nodes (every fabric address of
     the inventory; the Prometheus host is one), and per host the TCP ports everyone reaches (SSH: 22, the inventory's
-    ansible_port and the port the probe's connection arrived at; each deployment's front door on its head; the
-    gateway's port on the first head when there is one; Prometheus where it listens beyond loopback; the allow list)
+    ansible_port and the port the probe's connection arrived at; the gateway's port on the first head when there is
+    one, else each deployment's front door on its head; Prometheus where it listens beyond loopback; the allow list)
     and the UDP ones (the allow list). ``entries``: the deployments (placement), ``nodes``: host -> inventory values and
     what the probe read."""
     allow = allowed(settings.get("firewall_allow"), findings, cluster_ports(entries, settings))
@@ -212,7 +212,7 @@ def reach(entries, settings, nodes, findings, gateway=False):
     opened = {}
     for host, values in nodes.items():
         opened[host] = {str(p) for p in (SSH_PORT, values.get("ssh_port"), values.get("connection_port")) if p}
-    for entry in entries:
+    for entry in entries if not gateway else []:  # behind the gateway, a deployment's door is the cluster's alone
         if entry.get("head") in opened:
             opened[entry["head"]].add(str((entry.get("settings") or {}).get("port") or settings["port"]))
     first = entries[0]["head"] if entries else None

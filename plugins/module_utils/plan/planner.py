@@ -36,9 +36,9 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
     entries = deployment_entries(inputs, settings, listed, findings)
     figures = placement.figures_nodes(entries)
     # Every deployment's firewall admits the same hosts and ports on a node: the whole cluster's (firewall.reach).
+    gateway = shared.gateway_on(settings, len(entries))
     inputs = dict(inputs, settings=dict(inputs.get("settings") or {},
-                                        firewall_reach=firewall.reach(entries, settings, probed_nodes(inputs, probes), findings,
-                                                                      shared.gateway_on(settings, len(entries)))))
+                                        firewall_reach=firewall.reach(entries, settings, probed_nodes(inputs, probes), findings, gateway)))
     scraper = str((inputs["nodes"].get(entries[0]["head"]) or {}).get("fabric_ip")) if entries and entries[0]["head"] else None
     plans, settings_of = {}, {}
     for entry in entries if not findings.errors else []:
@@ -48,20 +48,22 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
             continue
         given = placement.planner_inputs(inputs, entry, profile, (probes or {}).get(entry["name"]), (key_digests or {}).get(entry["name"]),
                                          {"nodes": figures[entry["name"]], "scraper": scraper}, (restore or {}).get(entry["name"]))
-        plans[entry["name"]] = plan_deployment(given, stage)
+        plans[entry["name"]] = plan_deployment(dict(given, behind_gateway=gateway), stage)
         settings_of[entry["name"]] = dict(normalize_settings(given["settings"]), monitoring=settings["monitoring"])
         own(findings, entry, plans[entry["name"]])
     result = {"stage": stage, "deployments": plans, "deployment_order": [e["name"] for e in entries],
               "head": entries[0]["head"] if entries else None, "shared_nodes": {}, "gateway": None, "monitoring": None}
     if entries and not findings.errors:
-        result.update(placement.combine(entries, settings, settings_of, plans, findings, shared.gateway_on(settings, len(entries)),
-                                        chosen))
+        result.update(placement.combine(entries, settings, settings_of, plans, findings, gateway, chosen))
     if entries and not findings.errors and stage != "inventory":
         host = entries[0]["head"]
         found = [(probes or {}).get(e["name"], {}).get(host) for e in entries if host in e["hosts"]]
         probed = nodes_check.probed_containers(found[0]) if found and found[0] else None
         result["gateway"] = shared.gateway(entries, plans, settings, dict(key_digests or {}, **{"": inputs.get("api_key_digest")}),
                                            probed, findings)
+        if result["gateway"]["enabled"]:
+            shared.through_gateway({"url": result["gateway"]["url"], "api_key_file": result["gateway"]["client_key_file"]},
+                                   [p["cluster"]["endpoint"] for p in plans.values() if (p.get("cluster") or {}).get("endpoint")])
         result["monitoring"] = shared.watched(entries, plans, settings, inputs, probed, findings,
                                               dict(key_digests or {}, **{"": inputs.get("api_key_digest")}))
     result["reports"] = {"plan": reports(settings)["plan"]}
@@ -137,12 +139,16 @@ def paths(inputs, listed=None):
     result = {"stage": "paths", "deployments": {}, "deployment_order": [e["name"] for e in entries], "shared": None,
               "head": entries[0]["head"] if entries else None, "reports": {"plan": reports(settings)["plan"]},
               "api_key_file": settings["api_key_file"]}
+    gateway = shared.gateway_on(settings, len(entries))
     for entry in entries if not findings.errors else []:
-        result["deployments"][entry["name"]] = plan = cluster_paths(placement.planner_inputs(inputs, entry, {"model": {}}))
+        result["deployments"][entry["name"]] = plan = cluster_paths(dict(placement.planner_inputs(inputs, entry, {"model": {}}),
+                                                                         behind_gateway=gateway))
         own(findings, entry, plan)
     if entries and not findings.errors:
         first = result["deployments"][entries[0]["name"]]
         result["shared"] = shared.paths(settings, first["head"], first["cluster"]["endpoint"], len(entries))
+        if gateway:
+            shared.through_gateway(result["shared"]["gateway"], [p["cluster"]["endpoint"] for p in result["deployments"].values()])
     return finish(result, findings)
 
 

@@ -43,7 +43,7 @@ def place(settings, head, endpoint):
     """Where the shared containers run and how the gateway answers: the first deployment's head, their names and
     folders, the gateway's URL (the first deployment's endpoint moved to the cluster's own port). The plan and the
     playbooks that run without a profile (planner.paths) both name them from here."""
-    advertised = urlsplit(endpoint.get("url") or "http://%s" % (endpoint.get("bind_address") or "0.0.0.0")).hostname
+    advertised = endpoint.get("client_address") or urlsplit(endpoint.get("url") or "http://%s" % (endpoint.get("bind_address") or "0.0.0.0")).hostname
     state_dir = node_paths(settings, head, None)["state_dir"]
     return {"host": head, "container": "%s-gateway" % settings["cluster_name"], "folder": state_dir + "/gateway",
             "monitoring_container": monitoring.container_name(settings["cluster_name"]), "monitoring_folder": state_dir + "/monitoring",
@@ -95,7 +95,8 @@ def gateway(entries, plans, settings, key_digests, probed, findings):
         interval = 0
     interval = int(interval)
     config_file = where["folder"] + "/config.yaml"
-    spec = gateway_utils.container(where["container"], image, endpoint.get("bind_address") or "0.0.0.0", settings["port"],
+    spec = gateway_utils.container(where["container"], image, endpoint.get("client_bind_address") or endpoint.get("bind_address") or "0.0.0.0",
+                                   settings["port"],
                                    config_file, container_labels.labels(settings["cluster_name"], first["head"], "gateway"))
     spec["labels"][container_labels.CONFIG_HASH] = digest({"container": spec, "routes": routes, "interval": interval,
                                                            "keys": sorted((k, v) for k, v in (key_digests or {}).items())})
@@ -107,6 +108,20 @@ def gateway(entries, plans, settings, key_digests, probed, findings):
             # what a run that launches nothing behind it asks of it, with the deployments at once (planner.py, with_unchanged)
             "check": {"name": "gateway", "url": where["url"], "health_path": GATEWAY_HEALTH, "api_key_file": settings.get("api_key_file"),
                       "model": routes[0]["model"], "models": [r["model"] for r in routes], "refused_without_key": True}}
+
+
+def through_gateway(gateway, endpoints):
+    """Behind the gateway, clients reach each deployment's model through it, not through the deployment's own door (a
+    backend that the cluster's nodes alone reach: firewall.reach, deployment.door_address). So each deployment's checks
+    ask what a client gets: its verification, a run that changes nothing and status.yml ask the gateway for its model
+    with the clients' key. ``endpoints``: each deployment's endpoint section (its plan's or its paths'), changed in
+    place."""
+    client = {"url": gateway["url"], "api_url": gateway["url"] + "/v1", "health_path": GATEWAY_HEALTH,
+              "api_key_file": gateway["api_key_file"], "keyless_checked": ["/v1/models"], "keyless_status": None}
+    for endpoint in endpoints:
+        endpoint["client"] = dict(client)
+        if endpoint.get("check"):
+            endpoint["check"] = dict(endpoint["check"], url=client["url"], api_key_file=client["api_key_file"], health_path=GATEWAY_HEALTH)
 
 
 def watched(entries, plans, settings, inputs, probed, findings, key_digests=None):

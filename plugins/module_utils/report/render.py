@@ -99,8 +99,11 @@ def deployment(plan):
     cluster = plan.get("cluster")
     if cluster:
         endpoint = cluster["endpoint"]
-        lines.append("Endpoint: %s/v1 serving %s (API key from %s)" % (endpoint["url"], endpoint["served_model_name"],
-                                                                       endpoint.get("api_key_file") or "the environment"))
+        client = endpoint.get("client") or endpoint
+        lines.append("Endpoint: %s/v1 serving %s (API key from %s)%s" % (
+            client["url"], endpoint["served_model_name"], client.get("api_key_file") or "the environment",
+            "; behind the gateway, its own front door at %s answers the cluster's nodes alone" % endpoint["url"]
+            if endpoint.get("behind_gateway") else ""))
         lines.append("Image: %s (vLLM %s); NCCL transport: %s%s" % (
             cluster["image"], cluster.get("vllm_version") or "?", cluster["transport"], ", strict" if cluster["nccl_strict"] else ""))
         if cluster.get("nccl_library"):

@@ -32,7 +32,7 @@ def summary(plan, launched, seconds_to_ready, endpoint, canary=None, transport=N
     smoke = (endpoint or {}).get("smoke") or []
     canary = canary or {}
     return {
-        "endpoint": cluster["endpoint"]["api_url"],
+        "endpoint": cluster["endpoint"].get("client", cluster["endpoint"])["api_url"],  # where clients ask: the gateway in front of it
         "model": cluster["endpoint"]["served_model_name"],
         "profile": plan["profile"], "backend": plan["backend"], "nodes": list(plan["nodes_order"]),
         "parallelism": parallelism(plan.get("parallel") or {}),

@@ -39,16 +39,18 @@ def test_other_hosts_reach_ssh_and_the_front_doors_on_their_heads_and_the_allow_
     one = [{"name": "dgx-spark", "head": "spark1", "hosts": ["spark1", "spark2"]}]
     found, findings = reach(one, nodes)
     assert found == {"nodes": NODES, "udp": [], "tcp": {"spark1": ["22", "8000"], "spark2": ["22", "2200", "2222"]}} and not findings.errors
-    # Several deployments behind the gateway: each door on its head, the gateway's port on the first head; Prometheus
-    # where vllm_monitoring_listen opens it beyond loopback; the inventory's own ports on every node.
+    # Several deployments behind the gateway: the gateway's port on the first head, no deployment's own door (those
+    # answer the nodes alone); Prometheus where vllm_monitoring_listen opens it beyond loopback; the inventory's own
+    # ports on every node.
     several = [{"name": "a", "head": "spark1", "settings": {"port": 8001}}, {"name": "b", "head": "spark2", "settings": {"port": 8002}}]
     found, findings = reach(several, nodes, gateway=True, monitoring={"enabled": True, "listen": "192.168.1.10:9090"},
                             firewall_allow=[8888, "9000-9010/tcp", "5353/udp"])
-    assert found["tcp"] == {"spark1": ["22", "8000", "8001", "9090", "8888", "9000-9010"],
-                            "spark2": ["22", "2200", "2222", "8002", "8888", "9000-9010"]}
+    assert found["tcp"] == {"spark1": ["22", "8000", "9090", "8888", "9000-9010"],
+                            "spark2": ["22", "2200", "2222", "8888", "9000-9010"]}
     assert found["udp"] == ["5353"] and not findings.errors
-    # Several without the gateway: no port of the cluster's own is opened on the first head for nothing
-    assert reach(several, nodes)[0]["tcp"]["spark1"] == ["22", "8001"]
+    # Several without the gateway: each door on its head, no port of the cluster's own opened on the first head for nothing
+    found = reach(several, nodes)[0]["tcp"]
+    assert found["spark1"] == ["22", "8001"] and found["spark2"] == ["22", "2200", "2222", "8002"]
     found, findings = reach(one, nodes, monitoring={"enabled": True, "listen": "127.0.0.1:9090"},
                             firewall_allow=["80/sctp", "0", "9-8", "x", "10000-10100", "6379", "6379/udp"])
     assert "9090" not in found["tcp"]["spark1"] and found["udp"] == ["6379"]

@@ -52,13 +52,16 @@ def test_two_deployments_on_the_same_two_nodes_each_get_their_own_names_ports_an
     assert head["coder"][head["coder"].index("--node-manager-port") + 1] == "7800"
     assert head["coder"][head["coder"].index("--max-worker-port") + 1] == "11101"
     assert coder["nodes"]["spark2"]["firewall"]["table"] == "dgx_spark_vllm_dgx_spark_coder"
-    # both tables admit the same: the cluster's nodes, SSH, and on the head the gateway's port and each door's
+    # both tables admit the same: the cluster's nodes, SSH, and on the head the gateway's port; not the deployments'
+    # doors, which listen on the head's fabric address for the gateway and the cluster's nodes alone
     chat_table = plan["deployments"]["chat"]["nodes"]["spark1"]["firewall"]
-    assert chat_table["opened_tcp"] == coder["nodes"]["spark1"]["firewall"]["opened_tcp"] == ["22", "8000", "8001", "8002"]
+    assert chat_table["opened_tcp"] == coder["nodes"]["spark1"]["firewall"]["opened_tcp"] == ["22", "8000"]
+    assert (chat["cluster"]["door"]["listen"], coder["cluster"]["door"]["listen"]) == ("192.168.100.10:8001", "192.168.100.10:8002")
+    assert chat["cluster"]["endpoint"]["behind_gateway"] and chat["cluster"]["endpoint"]["url"] == "http://192.168.100.10:8001"
     assert chat_table["addresses"] == coder["nodes"]["spark2"]["firewall"]["addresses"]
     routes = {r["model"]: r for r in plan["gateway"]["routes"]}
     assert sorted(routes) == ["sim-tiny", "sim-tiny-coder"]
-    assert routes["sim-tiny-coder"]["api_base"] == "http://192.168.1.101:8002/v1"  # vLLM's bind address on the same head
+    assert routes["sim-tiny-coder"]["api_base"] == "http://192.168.100.10:8002/v1"  # its door on the same head
     assert routes["sim-tiny-coder"]["api_key_file"].endswith("/.secrets/vllm_api_key-coder")  # its own key, on the controller
     # every key file made once on the controller: the clients', each deployment's own, and Ray's token (one for all),
     # which an offline plan does not make (the head may hold one, taken back when the nodes answer)
@@ -212,8 +215,8 @@ def test_the_gateway_serves_every_route_on_the_clusters_port_and_holds_the_keys_
     config = gateway.config(planned["routes"], keys, "client-key-4713", 30)
     assert [(m["model_name"], m["litellm_params"]["model"], m["litellm_params"]["api_base"], m["litellm_params"]["api_key"])
             for m in config["model_list"]] == [
-        ("sim-tiny", "hosted_vllm/sim-tiny", "http://192.168.1.101:8001/v1", "chat-key-4711"),
-        ("sim-tiny-coder", "hosted_vllm/sim-tiny-coder", "http://192.168.1.101:8002/v1", "coder-key-4712")]
+        ("sim-tiny", "hosted_vllm/sim-tiny", "http://192.168.100.10:8001/v1", "chat-key-4711"),
+        ("sim-tiny-coder", "hosted_vllm/sim-tiny-coder", "http://192.168.100.10:8002/v1", "coder-key-4712")]
     assert config["general_settings"]["master_key"] == "client-key-4713" and "chat-key-4711" in text
     for secret in ("chat-key-4711", "coder-key-4712", "client-key-4713"):  # the plan names the key files, never a key
         assert secret not in str(plan)
@@ -228,7 +231,9 @@ def test_the_printed_plan_shows_each_deployment_the_routes_and_what_each_shared_
     from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
     lines = render.render(several_plan(tmp_path))
     assert "== deployment chat ==" in lines and "== deployment coder ==" in lines
-    assert "  sim-tiny-coder -> deployment coder at http://192.168.1.101:8002/v1" in lines
+    assert "  sim-tiny-coder -> deployment coder at http://192.168.100.10:8002/v1" in lines
+    assert ("Endpoint: http://192.168.1.101:8000/v1 serving sim-tiny-coder (API key from inventories/sparks/.secrets/vllm_api_key); "
+            "behind the gateway, its own front door at http://192.168.100.10:8002 answers the cluster's nodes alone") in lines
     assert ("Shared node spark2: chat 36.9 GiB + coder 36.9 GiB start with 73.8 GiB of 117.3 GiB available, leaving 43.5 GiB "
             "(floor 1.0 GiB)") in lines
     assert lines[-1] == "Verdict: ready to apply"
@@ -249,6 +254,14 @@ def test_teardown_and_status_name_each_deployment_and_the_gateway_without_profil
     assert full["deployments"]["coder"]["nodes"]["spark2"]["containers"][0]["name"] == "dgx-spark-coder-ray-spark2"
     assert full["gateway"]["container"]["name"] == paths["shared"]["containers"][0]
     assert full["gateway"]["folder"] == paths["shared"]["folders"][0]
+    # status.yml asks each deployment where its clients do (the gateway, with their key), as the full plan's checks do;
+    # a recovery's health look asks its own door, where the full plan puts it
+    for name in ("chat", "coder"):
+        endpoint, planned = paths["deployments"][name]["cluster"]["endpoint"], full["deployments"][name]["cluster"]["endpoint"]
+        assert endpoint["client"]["url"] == planned["client"]["url"] == full["gateway"]["url"]
+        assert endpoint["client"]["api_key_file"] == planned["client"]["api_key_file"] == full["gateway"]["client_key_file"]
+        assert endpoint["client"]["health_path"] == planned["client"]["health_path"] == full["gateway"]["health_path"]
+        assert endpoint["url"] == planned["url"] and endpoint["health_url"] == planned["health_url"]
     bad = planner.paths(inputs, [{"name": "Bad_Name", "profile": "sim_tiny", "nodes": "spark_cluster"}])
     assert not bad["ok"] and "Bad_Name" in bad["errors"][0]["message"]
 
@@ -283,10 +296,12 @@ def test_an_unchanged_gateway_is_asked_with_the_deployments_only_when_nothing_la
     assert gate["change"] == "create" and gate["verify"] and gate["with_unchanged"] == []
     assert gate["check"] == {"name": "gateway", "url": gate["url"], "health_path": gate["health_path"], "api_key_file": gate["client_key_file"],
                              "model": "sim-tiny", "models": ["sim-tiny", "sim-tiny-coder"], "refused_without_key": True}
-    # Each deployment is asked where its clients ask it, with its own key.
-    assert [plan["deployments"][n]["cluster"]["endpoint"]["check"]["model"] for n in ("chat", "coder")] == ["sim-tiny", "sim-tiny-coder"]
-    assert {plan["deployments"][n]["cluster"]["endpoint"]["check"]["api_key_file"] for n in ("chat", "coder")} == {
-        plan["deployments"][n]["cluster"]["endpoint"]["api_key_file"] for n in ("chat", "coder")}
+    # Each deployment is asked where its clients ask it: through the gateway, for its model, with the clients' key.
+    for name, model in (("chat", "sim-tiny"), ("coder", "sim-tiny-coder")):
+        endpoint = plan["deployments"][name]["cluster"]["endpoint"]
+        assert endpoint["check"] == {"name": "dgx-spark-" + name, "url": gate["url"], "api_key_file": gate["client_key_file"],
+                                     "health_path": gate["health_path"], "model": model}
+        assert endpoint["client"]["url"] == gate["url"] and endpoint["client"]["api_key_file"] == gate["client_key_file"]
     running = dict(gate, change="none")
     assert planner.gateway_checks(running, ["chat", "coder"], ["chat", "coder"]) == {"with_unchanged": [gate["check"]], "verify": False}
     assert planner.gateway_checks(running, ["chat"], ["chat", "coder"]) == {"with_unchanged": [], "verify": True}  # coder launches
