@@ -114,10 +114,11 @@ def through_gateway(gateway, endpoints):
     """Behind the gateway, clients reach each deployment's model through it, not through the deployment's own door (a
     backend that the cluster's nodes alone reach: firewall.reach, deployment.door_address). So each deployment's checks
     ask what a client gets: its verification, a run that changes nothing and status.yml ask the gateway for its model
-    with the clients' key. ``endpoints``: each deployment's endpoint section (its plan's or its paths'), changed in
-    place."""
+    with the clients' key (vLLM's live figures, its ``/metrics``, are not asked there: Prometheus reads them from the
+    door). ``endpoints``: each deployment's endpoint section (its plan's or its paths'), changed in place."""
     client = {"url": gateway["url"], "api_url": gateway["url"] + "/v1", "health_path": GATEWAY_HEALTH,
-              "api_key_file": gateway["api_key_file"], "keyless_checked": ["/v1/models"], "keyless_status": None}
+              "api_key_file": gateway["api_key_file"], "keyless_checked": ["/v1/models"], "keyless_status": None,
+              "metrics": False}  # vLLM's /metrics is its own door's: Prometheus reads it there, status.yml does not
     for endpoint in endpoints:
         endpoint["client"] = dict(client)
         if endpoint.get("check"):

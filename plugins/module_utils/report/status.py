@@ -55,7 +55,9 @@ def deployment(nodes, ray=None, endpoint=None, logs=None, bench=None):
         lines.append("Ray: %d node(s) alive, %g GPU(s)%s" % (state.get("alive_count", 0), state.get("gpu_total", 0), missing))
     endpoint = endpoint or {}
     if endpoint.get("ready"):
-        lines.append("Endpoint: serving %s (first token in %ss)" % (", ".join(endpoint.get("models") or []), endpoint.get("first_token_seconds")))
+        # the model asked (behind the gateway, which lists every deployment's, this deployment's own)
+        lines.append("Endpoint: serving %s (first token in %ss)" % (endpoint.get("model") or ", ".join(endpoint.get("models") or []),
+                                                                   endpoint.get("first_token_seconds")))
         if endpoint.get("live"):
             lines.append(live_line(endpoint["live"]))
     else:
