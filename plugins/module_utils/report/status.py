@@ -56,8 +56,8 @@ def deployment(nodes, ray=None, endpoint=None, logs=None, bench=None):
     endpoint = endpoint or {}
     if endpoint.get("ready"):
         # the model asked (behind the gateway, which lists every deployment's, this deployment's own)
-        lines.append("Endpoint: serving %s (first token in %ss)" % (endpoint.get("model") or ", ".join(endpoint.get("models") or []),
-                                                                   endpoint.get("first_token_seconds")))
+        serving = endpoint.get("model") or ", ".join(endpoint.get("models") or [])
+        lines.append("Endpoint: serving %s (first token in %ss)" % (serving, endpoint.get("first_token_seconds")))
         if endpoint.get("live"):
             lines.append(live_line(endpoint["live"]))
     else:

@@ -57,8 +57,8 @@ def test_several_deployments_are_each_reported_and_the_gateway_must_list_every_m
     asked = {name: dict(state, endpoint=dict(state["endpoint"], models=["sim-tiny", "sim-tiny-ring"], model=model, first_token_seconds=0.03))
              for (name, state), model in zip(states.items(), ("sim-tiny", "sim-tiny-ring"))}
     lines = status.report(asked, {"url": "http://h:8000", "errors": [], "models": ["sim-tiny", "sim-tiny-ring"]})["lines"]
-    assert [line for line in lines if "Endpoint:" in line] == ["  Endpoint: serving sim-tiny (first token in 0.03s)",
-                                                              "  Endpoint: serving sim-tiny-ring (first token in 0.03s)"]
+    assert [line for line in lines if "Endpoint:" in line] == [
+        "  Endpoint: serving sim-tiny (first token in 0.03s)", "  Endpoint: serving sim-tiny-ring (first token in 0.03s)"]
     gone = status.report(states, {"url": "http://h:8000", "models": [], "errors": [
         "not ready after 0 s at http://h:8000: port not open"]})  # what vllm_endpoint_info says of a gateway that is gone
     assert gone["lines"][-2] == "Gateway http://h:8000/v1: NOT OK (not ready after 0 s at http://h:8000: port not open)"
