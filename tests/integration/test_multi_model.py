@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from load import Load
-from runner import NODE_ADDRESSES, ROOT, connect_all, node_docker, recap, record, run
+from runner import NODE_ADDRESSES, ROOT, connect_all, listening, node_docker, recap, record, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
@@ -84,14 +84,29 @@ def test_both_models_answer_through_one_url_and_one_key_and_each_backend_keeps_i
     # Without the key, or with another, the gateway answers no completion (LiteLLM without a database says 400/500).
     assert call("/v1/chat/completions", {"model": "sim-tiny", "messages": [{"role": "user", "content": "Hi"}]})[0] >= 400
     assert call("/v1/models", token="sk-not-the-key")[0] >= 400
-    # Behind the gateway, each deployment's own door is the cluster's alone: an outsider on either network (this
-    # machine) reaches neither door at any address of either node...
-    doors = ["%s:%d" % (a, p) for addresses in NODE_ADDRESSES.values() for a in addresses for p in (8001, 8002)]
-    assert set(connect_all(doors).values()) == {"refused"}, connect_all(doors)
+    # Behind the gateway, each deployment's own door is the cluster's alone, and LiteLLM listens on no port: an outsider
+    # on either network (this machine) trying every port either node lists (ss) at every address of either node reaches
+    # SSH and the gateway's front door only...
+    ports = {node: listening(node) for node in NODE_ADDRESSES}
+    assert 8001 in ports["sim-head"] and 8002 in ports["sim-head"], ports
+    targets = ["%s:%d" % (a, p) for node, addresses in NODE_ADDRESSES.items() for a in addresses for p in ports[node]]
+    answers = connect_all(targets)
+    opened = sorted(t for t, answer in answers.items() if answer == "open")
+    assert opened == sorted(["10.209.0.10:22", "10.210.0.10:22", "10.209.0.11:22", "10.210.0.11:22", "10.209.0.10:8000"]), answers
     # ...and from the head, as the gateway asks them, each takes its own key, which clients never hold, and refuses theirs.
     assert backends() == {"sim-tiny": ["http://10.210.0.10:8001/v1", 200, 401, 401],
                           "sim-tiny-ring": ["http://10.210.0.10:8002/v1", 200, 401, 401]}
-    print("outsider: %d backend door x address pairs tried, %d answered" % (len(doors), 0))
+    print("outsider, two deployments: %d port x address pairs tried, %d answered" % (len(targets), len(opened)))
+    # Without the key, no route LiteLLM serves answers through the gateway's door but its health: every GET route its
+    # own /openapi.json lists (asked with the key), and its public pages.
+    status, text = call("/openapi.json", token=key())
+    assert status == 200, text[:300]
+    routes = sorted(p for p, methods in json.loads(text)["paths"].items() if "get" in methods and "{" not in p)
+    assert "/v1/models" in routes and "/health/liveliness" in routes and len(routes) > 20, routes
+    keyless = {path: call(path)[0] for path in routes + ["/", "/ui", "/docs", "/metrics"]}
+    assert {path for path, code in keyless.items() if code != 401} == set(), keyless
+    assert call("/health")[0] == 200
+    print("gateway: %d routes tried without the key, none answered but /health" % len(keyless))
     out, seconds, dummy = FIRST[0]
     record("multi-model", "serve.yml, two deployments and the gateway", "both answer through one URL", seconds)
     assert "The gateway on sim-head serves sim-tiny, sim-tiny-ring at http://10.209.0.10:8000/v1" in out

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels as container_labels, shared
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels as container_labels, nodes as nodes_check
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, digest, STATE_MOUNT
 
 IMAGE = "dgx-spark-vllm/door:1"   # built from DOCKERFILE (Debian's nginx) on a head that lacks it
@@ -89,7 +89,7 @@ http {
     uwsgi_temp_path /run/nginx/uwsgi;
     scgi_temp_path /run/nginx/scgi;
     include %(config)s/keys.conf;
-    upstream vllm {
+    upstream behind {
         server unix:%(socket)s;
         keepalive 16;
     }
@@ -100,16 +100,15 @@ http {
             limit_except GET {
                 deny all;
             }
-            proxy_pass http://vllm%(health)s;
+            proxy_pass http://behind%(upstream_health)s;
         }
         location / {
             if ($dgx_key_ok = 0) {
                 return 401 '%(unauthorized)s';
             }
-            proxy_pass http://vllm;
+            proxy_pass http://behind;
             proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Authorization "";
+            proxy_set_header Connection "";%(authorization)s
             proxy_buffering off;
             proxy_request_buffering off;
             proxy_cache off;
@@ -121,17 +120,25 @@ http {
 """
 
 
-def nginx_conf(listen, port):
-    """nginx's configuration (no secret in it: the key is included from keys.conf). vLLM gets no Authorization
-    header: it has no key, and the client's is nobody else's business."""
-    return NGINX_CONF % {"config": CONFIG_MOUNT, "socket": SOCKET_MOUNT + "/" + SOCKET_NAME, "listen": "%s:%d" % (listen, int(port)),
-                         "health": HEALTH_PATH, "unauthorized": UNAUTHORIZED}
+# What the door stands in front of: vLLM (the default), or the gateway (gateway.BEHIND_DOOR): the socket's name in its
+# folder, the path the door's health route asks there, and whether the client's Authorization header goes on (vLLM has
+# no key: the client's is nobody else's business; LiteLLM checks the same key again).
+VLLM = {"socket": SOCKET_NAME, "health": HEALTH_PATH, "authorization": False}
 
 
-def plan(name, image, labels, listen, port, folder, socket_folder, key_digest):
-    """The door's section of a deployment's plan: its files on the head, its container (the config hash covers the
-    configuration, the image and the key's digest: a new key recreates it, nothing else does), and where it listens."""
-    config = nginx_conf(listen, port)
+def nginx_conf(listen, port, behind=None):
+    """nginx's configuration (no secret in it: the key is included from keys.conf)."""
+    behind = behind or VLLM
+    return NGINX_CONF % {"config": CONFIG_MOUNT, "socket": SOCKET_MOUNT + "/" + behind["socket"], "listen": "%s:%d" % (listen, int(port)),
+                         "health": HEALTH_PATH, "upstream_health": behind["health"], "unauthorized": UNAUTHORIZED,
+                         "authorization": "" if behind["authorization"] else '\n            proxy_set_header Authorization "";'}
+
+
+def plan(name, image, labels, listen, port, folder, socket_folder, key_digest, behind=None):
+    """The door's section of a deployment's plan (or of the gateway's, ``behind``: what it stands in front of, VLLM by
+    default): its files on the head, its container (the config hash covers the configuration, the image and the key's
+    digest: a new key recreates it, nothing else does), and where it listens."""
+    config = nginx_conf(listen, port, behind)
     container = {"name": name, "image": image, "network_mode": "host",
                  "command": ["nginx", "-c", CONFIG_MOUNT + "/nginx.conf", "-g", "daemon off;"],
                  "env": {}, "init": True, "restart_policy": "unless-stopped",
@@ -153,14 +160,14 @@ def image(settings):
 
 
 def section(settings, head, paths, bind, key_digest, probed, findings, image_present=False):
-    """The door of a deployment on its head, and what the apply step does to it (module_utils/plan/shared.change:
+    """The door of a deployment on its head, and what the apply step does to it (module_utils/plan/nodes.planned_change:
     none, create, start or recreate; one of its name that is not ours is refused). ``image_present``: the head's probe
     found the door's image, so the apply builds nothing and asks Docker nothing about it."""
     name = container_name(settings, "door", head)
     result = plan(name, image(settings), container_labels.labels(settings["cluster_name"], head, "door"),
                   bind or "0.0.0.0", settings["port"], paths["door_dir"], paths["door_socket_dir"], key_digest)
-    result.update(host=head, change=shared.change(result["container"], True, probed, findings, head),
-                  dockerfile=DOCKERFILE, image_present=bool(image_present))
+    result.update(host=head, change=nodes_check.planned_change(result["container"], True, probed, findings, head),
+                  dockerfile=DOCKERFILE, image_present=bool(image_present), key_file=settings["api_key_file"])
     if int(settings["port"]) < 1024:  # its workers hold no capability, NET_BIND_SERVICE included
         findings.error(head, settings["port"], "vllm_port %s is below 1024: the front door binds it with no privilege, and cannot; "
                        "choose a port of 1024 or above (8000 by default), or put a proxy of yours in front" % settings["port"])

@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The gateway in front of several deployments: LiteLLM's proxy, routing by the request's ``model``. Pure; no I/O.
 
-Clients see one URL (the cluster's ``vllm_port`` on the first deployment's head) and one key; each deployment keeps
-its own vLLM key, which only the gateway holds. LiteLLM's proxy is the OpenAI-compatible router most used in front
+Clients see one URL (the cluster's ``vllm_port`` on the first deployment's head: the gateway's own front door, as a
+single deployment's, with the key on every route but ``GET /health``) and one key; each deployment keeps its own key,
+which only the gateway holds. LiteLLM's proxy is the OpenAI-compatible router most used in front
 of vLLM: its ``hosted_vllm/`` provider passes the request through (streaming included), ``/v1/models`` lists every
 route. Three things about it are set here, not left to it:
 
@@ -31,6 +32,15 @@ DEFAULTS = {
 }
 LITELLM_VERSION = "1.106.12"  # litellm[proxy], pinned: each release pins its proxy extras exactly
 ENV = {"LITELLM_OFFLINE_MODE": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "true", "LITELLM_LOG": "INFO"}
+SOCKET_MOUNT = "/run/dgx-spark-gateway"   # the socket's folder, as the gateway and its door see it
+SOCKET_NAME = "gateway.sock"
+# What the gateway's front door stands in front of (door.nginx_conf): LiteLLM's socket, its keyless liveness for the
+# door's health route, and the client's key passed on (LiteLLM checks it again as its master key).
+BEHIND_DOOR = {"socket": SOCKET_NAME, "health": "/health/liveliness", "authorization": True}
+# Routes LiteLLM's proxy answers without its key (its own public routes): through the gateway's door, each must answer
+# the door's 401 (the gateway's verification asks them, as verify/endpoint_check.refused_without_key does the doors').
+KEYLESS_CHECKED = ("/v1/models", "/openapi.json", "/docs", "/routes", "/health/readiness", "/health/liveliness", "/",
+                   "POST /v1/chat/completions")
 
 
 def enabled(given, deployments):
@@ -61,11 +71,14 @@ def config_text(routes, keys, client_key, interval):
     return json.dumps(config(routes, keys, client_key, interval), indent=2, sort_keys=True) + "\n"
 
 
-def container(name, image, bind, port, config_file, labels):
-    """The gateway's container: the host's network (it reaches every deployment's head and listens where the endpoint
-    did), its configuration read-only, no secret in its argv or environment."""
+def container(name, image, socket_folder, config_file, labels):
+    """The gateway's container: the host's network (it reaches every deployment's door on its head's fabric address),
+    no TCP port of its own: LiteLLM's app served by uvicorn on a Unix socket in a folder only root enters, which the
+    gateway's front door alone reaches (BEHIND_DOOR); its configuration read-only (``CONFIG_FILE_PATH``: LiteLLM's app
+    reads it at its start), no secret in its argv or environment."""
     return {"name": name, "image": image, "network_mode": "host",
-            "command": ["litellm", "--config", CONFIG_MOUNT + "/config.yaml", "--host", bind, "--port", str(port),
-                        "--num_workers", "1"],
-            "env": dict(ENV), "volumes": ["%s:%s/config.yaml:ro" % (config_file, CONFIG_MOUNT)],
+            "command": ["python3", "-m", "uvicorn", "litellm.proxy.proxy_server:app", "--uds", SOCKET_MOUNT + "/" + SOCKET_NAME,
+                        "--workers", "1", "--no-access-log"],
+            "env": dict(ENV, CONFIG_FILE_PATH=CONFIG_MOUNT + "/config.yaml"),
+            "volumes": ["%s:%s/config.yaml:ro" % (config_file, CONFIG_MOUNT), "%s:%s" % (socket_folder, SOCKET_MOUNT)],
             "restart_policy": "unless-stopped", "labels": dict(labels)}

@@ -273,6 +273,23 @@ def container_change(spec, probed):
     return "none" if current.get("state") == "running" else "start"
 
 
+def planned_change(spec, enabled, probed, findings, host):
+    """What the apply step does to a container beside a deployment's ranks (a front door, the gateway, Prometheus):
+    none, create, start, recreate (container_change), or remove (off, and one of ours runs). One of that name that is
+    not ours is left alone, and refused when ours must run there."""
+    found = [c for c in probed or [] if c.get("name") == spec["name"]]
+    if found and not labels.ours(found[0]):
+        if enabled:
+            findings.error(host, spec["name"], "%s: a container named %s runs here but was not made by this collection; it "
+                           "is left alone. Remove or rename it (docker rm -f %s), then run again" % (host, spec["name"], spec["name"]))
+        return "none"
+    if not enabled:
+        return "remove" if found else "none"
+    if probed is None:  # not probed (an offline plan): what a first run does
+        return "create"
+    return container_change(spec, probed)
+
+
 def join_state(head_facts, cluster):
     """The join gate as the head's probe found it (ray_state.evaluate against the nodes and GPUs the plan expects), or
     None when Ray was not read there (not running, no Ray backend, an offline plan)."""

@@ -98,7 +98,7 @@ def gateway_checks(gateway, unchanged, order):
     """How a run asks the gateway: running unchanged in front of deployments that all launch nothing, with them, every
     endpoint at once (``with_unchanged``, tasks/unchanged.yml); otherwise verified once every deployment is verified
     (``verify``, tasks/shared_verify.yml)."""
-    quiet = gateway["enabled"] and gateway["change"] == "none" and list(unchanged) == list(order)
+    quiet = gateway["enabled"] and not gateway["apply_needed"] and list(unchanged) == list(order)
     return {"with_unchanged": [gateway["check"]] if quiet else [], "verify": gateway["enabled"] and not quiet}
 
 

@@ -23,15 +23,16 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import gateway as gateway_utils, monitoring
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import door, gateway as gateway_utils, monitoring
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels as container_labels
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nodes as nodes_check
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import digest, endpoint_url, node_paths
 
 GIB = 1024 ** 3
 
-# The gateway answers its liveness here without a key (LiteLLM's /health asks every backend, with the key).
-GATEWAY_HEALTH = "/health/liveliness"
+# The gateway's front door answers its health here without a key (LiteLLM's liveness behind it: its own /health asks
+# every backend, with the key).
+GATEWAY_HEALTH = door.HEALTH_PATH
 
 
 def gateway_on(settings, count):
@@ -46,25 +47,9 @@ def place(settings, head, endpoint):
     advertised = endpoint.get("client_address") or urlsplit(endpoint.get("url") or "http://%s" % (endpoint.get("bind_address") or "0.0.0.0")).hostname
     state_dir = node_paths(settings, head, None)["state_dir"]
     return {"host": head, "container": "%s-gateway" % settings["cluster_name"], "folder": state_dir + "/gateway",
+            "door_container": "%s-gateway-door" % settings["cluster_name"],
             "monitoring_container": monitoring.container_name(settings["cluster_name"]), "monitoring_folder": state_dir + "/monitoring",
             "url": endpoint_url(settings, advertised)}
-
-
-def change(spec, enabled, probed, findings, host):
-    """What the apply step does to a shared container: none, create, start, recreate (nodes.container_change), or
-    remove (off, and one of ours runs). One of that name that is not ours is left alone, and refused when ours must run
-    there."""
-    found = [c for c in probed or [] if c.get("name") == spec["name"]]
-    if found and not container_labels.ours(found[0]):
-        if enabled:
-            findings.error(host, spec["name"], "%s: a container named %s runs here but was not made by this collection; it "
-                           "is left alone. Remove or rename it (docker rm -f %s), then run again" % (host, spec["name"], spec["name"]))
-        return "none"
-    if not enabled:
-        return "remove" if found else "none"
-    if probed is None:  # not probed (an offline plan): what a first run does
-        return "create"
-    return nodes_check.container_change(spec, probed)
 
 
 def backend_address(entry, first_head, endpoint):
@@ -95,19 +80,30 @@ def gateway(entries, plans, settings, key_digests, probed, findings):
         interval = 0
     interval = int(interval)
     config_file = where["folder"] + "/config.yaml"
-    spec = gateway_utils.container(where["container"], image, endpoint.get("client_bind_address") or endpoint.get("bind_address") or "0.0.0.0",
-                                   settings["port"],
-                                   config_file, container_labels.labels(settings["cluster_name"], first["head"], "gateway"))
+    socket_folder = where["folder"] + "/socket"
+    spec = gateway_utils.container(where["container"], image, socket_folder, config_file,
+                                   container_labels.labels(settings["cluster_name"], first["head"], "gateway"))
     spec["labels"][container_labels.CONFIG_HASH] = digest({"container": spec, "routes": routes, "interval": interval,
                                                            "keys": sorted((k, v) for k, v in (key_digests or {}).items())})
     enabled = gateway_on(settings, len(entries))
-    return {"enabled": enabled, "host": where["host"], "port": settings["port"], "url": where["url"], "api_url": where["url"] + "/v1",
-            "health_path": GATEWAY_HEALTH, "folder": where["folder"], "config_file": config_file,
+    # its front door: where clients reach it, the clients' key on every route but GET /health (module_utils/plan/door.py)
+    front = door.plan(where["door_container"], door.image(settings), container_labels.labels(settings["cluster_name"], first["head"], "gateway-door"),
+                      endpoint.get("client_bind_address") or endpoint.get("bind_address") or "0.0.0.0", settings["port"],
+                      where["folder"] + "/door", socket_folder, (key_digests or {}).get(""), behind=gateway_utils.BEHIND_DOOR)
+    front.update(host=where["host"], change=nodes_check.planned_change(front["container"], enabled, probed, findings, where["host"]), dockerfile=door.DOCKERFILE,
+                 image_present=bool(((plans.get(first["name"]) or {}).get("cluster") or {}).get("door", {}).get("image_present")),
+                 key_file=settings.get("api_key_file"))
+    result = {"enabled": enabled, "host": where["host"], "port": settings["port"], "url": where["url"], "api_url": where["url"] + "/v1",
+            "health_path": GATEWAY_HEALTH, "folder": where["folder"], "config_file": config_file, "door": front,
+            "keyless_checked": list(gateway_utils.KEYLESS_CHECKED), "keyless_status": door.UNAUTHORIZED_STATUS,
             "client_key_file": settings.get("api_key_file"), "health_check_interval": interval, "container": spec,
-            "routes": routes, "change": change(spec, enabled, probed, findings, where["host"]),
+            "routes": routes, "change": nodes_check.planned_change(spec, enabled, probed, findings, where["host"]),
             # what a run that launches nothing behind it asks of it, with the deployments at once (planner.py, with_unchanged)
             "check": {"name": "gateway", "url": where["url"], "health_path": GATEWAY_HEALTH, "api_key_file": settings.get("api_key_file"),
-                      "model": routes[0]["model"], "models": [r["model"] for r in routes], "refused_without_key": True}}
+                      "model": routes[0]["model"], "models": [r["model"] for r in routes], "refused_without_key": True,
+                      "keyless_paths": list(gateway_utils.KEYLESS_CHECKED), "keyless_status": door.UNAUTHORIZED_STATUS}}
+    result["apply_needed"] = result["change"] != "none" or front["change"] != "none"  # LiteLLM's container, its door's, or both
+    return result
 
 
 def through_gateway(gateway, endpoints):
@@ -117,7 +113,8 @@ def through_gateway(gateway, endpoints):
     with the clients' key (vLLM's live figures, its ``/metrics``, are not asked there: Prometheus reads them from the
     door). ``endpoints``: each deployment's endpoint section (its plan's or its paths'), changed in place."""
     client = {"url": gateway["url"], "api_url": gateway["url"] + "/v1", "health_path": GATEWAY_HEALTH,
-              "api_key_file": gateway["api_key_file"], "keyless_checked": ["/v1/models"], "keyless_status": None,
+              "api_key_file": gateway["api_key_file"], "keyless_checked": list(gateway_utils.KEYLESS_CHECKED),
+              "keyless_status": door.UNAUTHORIZED_STATUS,
               "metrics": False}  # vLLM's /metrics is its own door's: Prometheus reads it there, status.yml does not
     for endpoint in endpoints:
         endpoint["client"] = dict(client)
@@ -143,7 +140,7 @@ def watched(entries, plans, settings, inputs, probed, findings, key_digests=None
     section = monitoring.plan(config, settings["cluster_name"], where["monitoring_folder"], targets, nodes, floor,
                               int(float(settings["unaccounted_limit_gib"]) * GIB),
                               container_labels.labels(settings["cluster_name"], first["head"], "prometheus"))
-    section.update(host=where["host"], change=change(section["container"], config["enabled"], probed, findings, where["host"]))
+    section.update(host=where["host"], change=nodes_check.planned_change(section["container"], config["enabled"], probed, findings, where["host"]))
     return section
 
 
@@ -153,6 +150,6 @@ def paths(settings, first_head, endpoint, count):
     gateway's folder, which holds every key)."""
     where = place(settings, first_head, endpoint)
     return {"host": where["host"], "cluster": settings["cluster_name"],
-            "containers": [where["container"], where["monitoring_container"]], "folders": [where["folder"]],
+            "containers": [where["container"], where["door_container"], where["monitoring_container"]], "folders": [where["folder"]],
             "gateway": {"enabled": gateway_on(settings, count), "url": where["url"], "api_key_file": settings.get("api_key_file"),
                         "health_path": GATEWAY_HEALTH}}

@@ -24,6 +24,20 @@ def test_every_route_but_the_health_route_asks_for_the_key():
     assert "include /etc/dgx-spark-door/keys.conf;" in text and "access_log off;" in text and "server_tokens off;" in text
 
 
+def test_the_gateways_door_asks_the_same_and_passes_the_key_on_to_litellm():
+    """In front of the gateway the door is the same but for what stands behind it: LiteLLM's socket, its keyless
+    liveness for the health route, and the client's key passed on (LiteLLM checks it again)."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import gateway
+
+    text = door.nginx_conf("10.209.0.10", 8000, gateway.BEHIND_DOOR)
+    vllm = door.nginx_conf("10.209.0.10", 8000)
+    assert "server unix:/run/dgx-spark-door/gateway.sock;" in text and "location = /health {" in text
+    assert "proxy_pass http://behind/health/liveliness;" in text and "proxy_pass http://behind/health;" in vllm
+    assert 'proxy_set_header Authorization "";' not in text and text.split("location / {", 1)[1].index("return 401") > 0
+    assert text.replace("gateway.sock", "vllm.sock").replace("/health/liveliness", "/health") == vllm.replace(
+        '\n            proxy_set_header Authorization "";', "")
+
+
 def test_the_key_file_maps_the_bearer_header_and_refuses_what_nginx_could_not_hold():
     key = "A" * 20 + "b9"
     assert '"~^Bearer %s$" 1;' % key in door_filter.door_keys(key + "\n") and "default 0;" in door.keys_conf(key)

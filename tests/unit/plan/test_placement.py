@@ -179,7 +179,7 @@ def test_one_prometheus_watches_every_deployment_and_each_node_is_scraped_once(t
         assert plan["deployments"]["coder"]["nodes"][name]["boot"]["config"]["metrics"] is None
     paths = planner.paths(cluster(tmp_path, monitoring={"enabled": True}), copy.deepcopy(TWO))
     assert paths["ok"] and paths["deployment_order"] == ["chat", "coder"]
-    assert paths["shared"]["containers"] == ["dgx-spark-gateway", "dgx-spark-prometheus"]
+    assert paths["shared"]["containers"] == ["dgx-spark-gateway", "dgx-spark-gateway-door", "dgx-spark-prometheus"]
 
 
 def test_a_new_key_for_one_deployment_recreates_only_its_front_door_and_the_gateway(tmp_path):
@@ -207,9 +207,21 @@ def test_the_gateway_serves_every_route_on_the_clusters_port_and_holds_the_keys_
     assert planned["enabled"] and planned["url"] == "http://192.168.1.101:8000"
     spec = planned["container"]
     assert spec["name"] == "dgx-spark-gateway" and spec["network_mode"] == "host"
-    assert spec["command"][spec["command"].index("--host") + 1:spec["command"].index("--port") + 2] == ["192.168.1.101", "--port", "8000"]
+    # LiteLLM listens on no port: a Unix socket in a root-only folder, which its front door alone mounts
+    assert spec["command"][spec["command"].index("--uds") + 1] == "/run/dgx-spark-gateway/gateway.sock" and "--port" not in spec["command"]
     assert spec["env"]["LITELLM_OFFLINE_MODE"] == "true"  # it fetches its cost map from the internet otherwise
-    assert spec["volumes"] == ["/var/lib/dgx-spark-vllm/dgx-spark/gateway/config.yaml:/etc/litellm/config.yaml:ro"]
+    assert spec["env"]["CONFIG_FILE_PATH"] == "/etc/litellm/config.yaml"
+    assert spec["volumes"] == ["/var/lib/dgx-spark-vllm/dgx-spark/gateway/config.yaml:/etc/litellm/config.yaml:ro",
+                               "/var/lib/dgx-spark-vllm/dgx-spark/gateway/socket:/run/dgx-spark-gateway"]
+    # its front door listens where clients reach it, with the clients' key, and passes that key on to LiteLLM
+    front = planned["door"]
+    assert front["listen"] == "192.168.1.101:8000" and front["container"]["name"] == "dgx-spark-gateway-door"
+    assert front["socket_folder"] == "/var/lib/dgx-spark-vllm/dgx-spark/gateway/socket" and front["change"] == "create"
+    assert front["key_file"] == planned["client_key_file"] and planned["apply_needed"]
+    config = front["files"][0]["content"]
+    assert "server unix:/run/dgx-spark-door/gateway.sock;" in config and "proxy_pass http://behind/health/liveliness;" in config
+    assert 'proxy_set_header Authorization "";' not in config
+    assert planned["health_path"] == "/health" and "/openapi.json" in planned["keyless_checked"] and planned["keyless_status"] == 401
     keys = {"chat": "chat-key-4711", "coder": "coder-key-4712"}
     text = gateway.config_text(planned["routes"], keys, "client-key-4713", planned["health_check_interval"])
     config = gateway.config(planned["routes"], keys, "client-key-4713", 30)
@@ -295,14 +307,15 @@ def test_an_unchanged_gateway_is_asked_with_the_deployments_only_when_nothing_la
     # A first run creates it: verified once every deployment is (tasks/shared_verify.yml), not asked with them.
     assert gate["change"] == "create" and gate["verify"] and gate["with_unchanged"] == []
     assert gate["check"] == {"name": "gateway", "url": gate["url"], "health_path": gate["health_path"], "api_key_file": gate["client_key_file"],
-                             "model": "sim-tiny", "models": ["sim-tiny", "sim-tiny-coder"], "refused_without_key": True}
+                             "model": "sim-tiny", "models": ["sim-tiny", "sim-tiny-coder"], "refused_without_key": True,
+                             "keyless_paths": gate["keyless_checked"], "keyless_status": 401}
     # Each deployment is asked where its clients ask it: through the gateway, for its model, with the clients' key.
     for name, model in (("chat", "sim-tiny"), ("coder", "sim-tiny-coder")):
         endpoint = plan["deployments"][name]["cluster"]["endpoint"]
         assert endpoint["check"] == {"name": "dgx-spark-" + name, "url": gate["url"], "api_key_file": gate["client_key_file"],
                                      "health_path": gate["health_path"], "model": model}
         assert endpoint["client"]["url"] == gate["url"] and endpoint["client"]["api_key_file"] == gate["client_key_file"]
-    running = dict(gate, change="none")
+    running = dict(gate, change="none", apply_needed=False)
     assert planner.gateway_checks(running, ["chat", "coder"], ["chat", "coder"]) == {"with_unchanged": [gate["check"]], "verify": False}
     assert planner.gateway_checks(running, ["chat"], ["chat", "coder"]) == {"with_unchanged": [], "verify": True}  # coder launches
     assert planner.gateway_checks(dict(running, enabled=False), ["chat"], ["chat"]) == {"with_unchanged": [], "verify": False}
