@@ -103,9 +103,8 @@ def test_both_models_answer_through_one_url_and_one_key_and_each_backend_keeps_i
     assert status == 200, text[:300]
     routes = sorted(p for p, methods in json.loads(text)["paths"].items() if "get" in methods and "{" not in p)
     assert "/v1/models" in routes and "/health/liveliness" in routes and len(routes) > 20, routes
-    keyless = {path: call(path)[0] for path in routes + ["/", "/ui", "/docs", "/metrics"]}
-    assert {path for path, code in keyless.items() if code != 401} == set(), keyless
-    assert call("/health")[0] == 200
+    keyless = {path: call(path)[0] for path in set(routes + ["/", "/ui", "/docs", "/metrics"])}
+    assert {path: code for path, code in keyless.items() if code != 401} == {"/health": 200}, keyless
     print("gateway: %d routes tried without the key, none answered but /health" % len(keyless))
     out, seconds, dummy = FIRST[0]
     record("multi-model", "serve.yml, two deployments and the gateway", "both answer through one URL", seconds)

@@ -87,21 +87,22 @@ def gateway(entries, plans, settings, key_digests, probed, findings):
                                                            "keys": sorted((k, v) for k, v in (key_digests or {}).items())})
     enabled = gateway_on(settings, len(entries))
     # its front door: where clients reach it, the clients' key on every route but GET /health (module_utils/plan/door.py)
+    listen = endpoint.get("client_bind_address") or endpoint.get("bind_address") or "0.0.0.0"
     front = door.plan(where["door_container"], door.image(settings), container_labels.labels(settings["cluster_name"], first["head"], "gateway-door"),
-                      endpoint.get("client_bind_address") or endpoint.get("bind_address") or "0.0.0.0", settings["port"],
-                      where["folder"] + "/door", socket_folder, (key_digests or {}).get(""), behind=gateway_utils.BEHIND_DOOR)
-    front.update(host=where["host"], change=nodes_check.planned_change(front["container"], enabled, probed, findings, where["host"]), dockerfile=door.DOCKERFILE,
-                 image_present=bool(((plans.get(first["name"]) or {}).get("cluster") or {}).get("door", {}).get("image_present")),
-                 key_file=settings.get("api_key_file"))
+                      listen, settings["port"], where["folder"] + "/door", socket_folder, (key_digests or {}).get(""),
+                      behind=gateway_utils.BEHIND_DOOR)
+    first_door = ((plans.get(first["name"]) or {}).get("cluster") or {}).get("door") or {}  # its probe read the image
+    front.update(host=where["host"], change=nodes_check.planned_change(front["container"], enabled, probed, findings, where["host"]),
+                 dockerfile=door.DOCKERFILE, image_present=bool(first_door.get("image_present")), key_file=settings.get("api_key_file"))
     result = {"enabled": enabled, "host": where["host"], "port": settings["port"], "url": where["url"], "api_url": where["url"] + "/v1",
-            "health_path": GATEWAY_HEALTH, "folder": where["folder"], "config_file": config_file, "door": front,
-            "keyless_checked": list(gateway_utils.KEYLESS_CHECKED), "keyless_status": door.UNAUTHORIZED_STATUS,
-            "client_key_file": settings.get("api_key_file"), "health_check_interval": interval, "container": spec,
-            "routes": routes, "change": nodes_check.planned_change(spec, enabled, probed, findings, where["host"]),
-            # what a run that launches nothing behind it asks of it, with the deployments at once (planner.py, with_unchanged)
-            "check": {"name": "gateway", "url": where["url"], "health_path": GATEWAY_HEALTH, "api_key_file": settings.get("api_key_file"),
-                      "model": routes[0]["model"], "models": [r["model"] for r in routes], "refused_without_key": True,
-                      "keyless_paths": list(gateway_utils.KEYLESS_CHECKED), "keyless_status": door.UNAUTHORIZED_STATUS}}
+              "health_path": GATEWAY_HEALTH, "folder": where["folder"], "config_file": config_file, "door": front,
+              "keyless_checked": list(gateway_utils.KEYLESS_CHECKED), "keyless_status": door.UNAUTHORIZED_STATUS,
+              "client_key_file": settings.get("api_key_file"), "health_check_interval": interval, "container": spec,
+              "routes": routes, "change": nodes_check.planned_change(spec, enabled, probed, findings, where["host"]),
+              # what a run that launches nothing behind it asks of it, with the deployments at once (planner.py, with_unchanged)
+              "check": {"name": "gateway", "url": where["url"], "health_path": GATEWAY_HEALTH, "api_key_file": settings.get("api_key_file"),
+                        "model": routes[0]["model"], "models": [r["model"] for r in routes], "refused_without_key": True,
+                        "keyless_paths": list(gateway_utils.KEYLESS_CHECKED), "keyless_status": door.UNAUTHORIZED_STATUS}}
     result["apply_needed"] = result["change"] != "none" or front["change"] != "none"  # LiteLLM's container, its door's, or both
     return result
 
