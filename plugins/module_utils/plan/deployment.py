@@ -38,7 +38,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nodes a
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import ring as ring_links
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import (
-    Findings, container_name, digest, endpoint_url, mounts, node_paths, normalize_settings, reports)
+    Findings, container_name, digest, mounts, node_paths, normalize_settings, reports)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import (
     canonical_flags, check_flags, check_head, check_inventory, check_model, parallel_sizes, ring_plan, utilization)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.memory import memory, need as memory_need
@@ -86,7 +86,7 @@ def cluster_paths(inputs):
     findings = Findings()
     order, head = inputs.get("order", []), (inputs.get("head_hosts") or [None])[0]
     check_head(inputs.get("head_hosts"), findings)
-    where = door_address(inputs, settings, head, nodes_check.bind_address(settings, head, inputs["nodes"].get(head) or {}, Findings()))
+    where = nodes_check.door_address(inputs, settings, head, nodes_check.bind_address(settings, head, inputs["nodes"].get(head) or {}, Findings()))
     url = where["url"]
     logs = reports(settings)["logs"]
     result = {"stage": "paths", "head": head, "nodes_order": order,
@@ -114,20 +114,6 @@ def cluster_paths(inputs):
                                        "client": {"url": url, "api_url": url + "/v1", "health_path": door.HEALTH_PATH,
                                                   "api_key_file": settings["api_key_file"], "metrics": True}}}}
     return finish(result, findings)
-
-
-def door_address(inputs, settings, head, client):
-    """Where a deployment's front door listens on its head (``bind``, ``advertised``, its ``url``), from where clients
-    reach the head (``client``: nodes_check.bind_address's pair). The same, but behind the gateway
-    (``inputs["behind_gateway"]``): then the door is a backend that only the cluster reaches, on the head's fabric
-    address (the firewall admits the nodes alone there, firewall.reach), and the gateway listens where clients reach."""
-    behind = bool(inputs.get("behind_gateway"))
-    if behind and head in (inputs.get("nodes") or {}):
-        fabric = str(inputs["nodes"][head].get("fabric_ip"))
-        return {"bind": fabric, "advertised": fabric, "url": "http://%s:%d" % (fabric, settings["port"]), "behind_gateway": True,
-                "client_bind": client[0], "client_advertised": client[1]}
-    return {"bind": client[0], "advertised": client[1], "url": endpoint_url(settings, client[1]), "behind_gateway": False,
-            "client_bind": client[0], "client_advertised": client[1]}
 
 
 def plan_deployment(inputs, stage="full"):
@@ -178,7 +164,7 @@ def plan_deployment(inputs, stage="full"):
         return finish(result, findings)
     if not settings["image"]:
         findings.error("all", None, "no image: set vllm_image (a vLLM image with Ray), or let the image role build one")
-    inputs["endpoint"] = door_address(inputs, settings, head, nodes_check.bind_address(settings, head, inputs["nodes"][head], findings))
+    inputs["endpoint"] = nodes_check.door_address(inputs, settings, head, nodes_check.bind_address(settings, head, inputs["nodes"][head], findings))
     use_roce = environment.transport(inputs, findings)
     node_env = environment.node_environment(inputs, findings, use_roce)
     inputs["nccl_library"] = nccl_library.plan(settings, (inputs.get("image_info") or {}).get("nccl"),

@@ -11,6 +11,7 @@ import ipaddress
 import json
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels, memory_fit
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import endpoint_url
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.model_files import human
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.verify import parity
@@ -89,6 +90,20 @@ def bind_address(settings, head, facts, findings):
         findings.warn("%s's ansible_host %s is a loopback address: the endpoint answers only on %s itself; set vllm_bind_address "
                       "to serve others" % (head, host, head))
     return local[0], local[0]
+
+
+def door_address(inputs, settings, head, client):
+    """Where a deployment's front door listens on its head (``bind``, ``advertised``, its ``url``), from where clients
+    reach the head (``client``: nodes_check.bind_address's pair). The same, but behind the gateway
+    (``inputs["behind_gateway"]``): then the door is a backend that only the cluster reaches, on the head's fabric
+    address (the firewall admits the nodes alone there, firewall.reach), and the gateway listens where clients reach."""
+    behind = bool(inputs.get("behind_gateway"))
+    if behind and head in (inputs.get("nodes") or {}):
+        fabric = str(inputs["nodes"][head].get("fabric_ip"))
+        return {"bind": fabric, "advertised": fabric, "url": "http://%s:%d" % (fabric, settings["port"]), "behind_gateway": True,
+                "client_bind": client[0], "client_advertised": client[1]}
+    return {"bind": client[0], "advertised": client[1], "url": endpoint_url(settings, client[1]), "behind_gateway": False,
+            "client_bind": client[0], "client_advertised": client[1]}
 
 
 def _is_ipv4(value):
