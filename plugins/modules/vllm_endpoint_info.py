@@ -65,6 +65,10 @@ options:
         description: As O(health_path).
         type: str
         default: /health
+      ready_probe:
+        description: As O(ready_probe).
+        type: bool
+        default: false
       refused_without_key:
         description: As O(refused_without_key).
         type: bool
@@ -132,10 +136,17 @@ options:
     default: 0
   health_path:
     description:
-      - The readiness stage's health route, asked until it answers 200. vLLM answers on C(/health); a gateway in front of
-        it on its own (LiteLLM's C(/health/liveliness), as its C(/health) asks every backend with the key).
+      - The readiness stage's health route, asked until it answers 200. The front door answers on C(/health) (vLLM's,
+        or the gateway's liveness behind it); another router may answer on a route of its own.
     type: str
     default: /health
+  ready_probe:
+    description:
+      - The endpoint is a router (the gateway in front of a deployment): once C(/v1/models) lists the model, also wait,
+        within O(wait), until one non-streamed token of it answers through the router. A router lists its routes at
+        once and answers an error status while the backend loads.
+    type: bool
+    default: false
   refused_without_key:
     description:
       - Once ready, also ask each of O(keyless_paths) without any key and fail unless each is refused (an error status), as

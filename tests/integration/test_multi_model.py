@@ -81,7 +81,7 @@ def test_both_models_answer_through_one_url_and_one_key_and_each_backend_keeps_i
         chunks = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
         assert status == 200 and chunks[-1] == "[DONE]" and any(json.loads(c)["choices"] for c in chunks[:-1]), text[-300:]
     assert answers["sim-tiny"] != answers["sim-tiny-ring"], answers  # two models, not one answering twice
-    # Without the key, or with another, the gateway answers no completion (LiteLLM without a database says 400/500).
+    # Without the key (its door: 401), or with another (LiteLLM without a database: 400/500), the gateway answers no completion.
     assert call("/v1/chat/completions", {"model": "sim-tiny", "messages": [{"role": "user", "content": "Hi"}]})[0] >= 400
     assert call("/v1/models", token="sk-not-the-key")[0] >= 400
     # Behind the gateway, each deployment's own door is the cluster's alone, and LiteLLM listens on no port: an outsider

@@ -112,7 +112,7 @@ def cluster_paths(inputs):
                                        "api_key_file": settings["api_key_file"], "behind_gateway": where["behind_gateway"],
                                        "client_bind_address": where["client_bind"], "client_address": where["client_advertised"],
                                        "client": {"url": url, "api_url": url + "/v1", "health_path": door.HEALTH_PATH,
-                                                  "api_key_file": settings["api_key_file"], "metrics": True}}}}
+                                                  "api_key_file": settings["api_key_file"], "metrics": True, "ready_probe": False}}}}
     return finish(result, findings)
 
 
@@ -271,7 +271,8 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
                      # where clients reach its model, as the verification, a run that changes nothing and status.yml ask
                      # it: its own door, or the gateway in front of it (shared.through_gateway)
                      "client": {"url": url, "api_url": url + "/v1", "health_path": door.HEALTH_PATH, "api_key_file": settings["api_key_file"],
-                                "keyless_checked": list(door.KEYLESS_CHECKED), "keyless_status": door.UNAUTHORIZED_STATUS, "metrics": True},
+                                "keyless_checked": list(door.KEYLESS_CHECKED), "keyless_status": door.UNAUTHORIZED_STATUS, "metrics": True,
+                                "ready_probe": False},
                      # what a run that changes nothing asks of it (vllm_endpoint_info's endpoints, with the others at once)
                      "check": {"name": settings["cluster_name"], "url": url, "api_key_file": settings["api_key_file"],
                                "model": profile["model"].get("served_name") or profile["model"]["id"]}},

@@ -109,7 +109,8 @@ def acts(result, findings):
         return True
     clusters = [(p.get("cluster") or {}) for p in result["deployments"].values()]
     return (any(c.get("apply_needed") or (c.get("commit") or {}).get("needed") for c in clusters)
-            or any((result.get(k) or {}).get("change", "none") != "none" for k in ("gateway", "monitoring")))
+            or (result.get("gateway") or {}).get("apply_needed")  # LiteLLM's container or its front door's
+            or (result.get("monitoring") or {}).get("change", "none") != "none")
 
 
 def key_files(settings, entries, plans=None, settings_of=None):

@@ -116,11 +116,13 @@ def through_gateway(gateway, endpoints):
     client = {"url": gateway["url"], "api_url": gateway["url"] + "/v1", "health_path": GATEWAY_HEALTH,
               "api_key_file": gateway["api_key_file"], "keyless_checked": list(gateway_utils.KEYLESS_CHECKED),
               "keyless_status": door.UNAUTHORIZED_STATUS,
-              "metrics": False}  # vLLM's /metrics is its own door's: Prometheus reads it there, status.yml does not
+              "metrics": False,  # vLLM's /metrics is its own door's: Prometheus reads it there, status.yml does not
+              "ready_probe": True}  # the gateway lists the route at once: ready when its model answers through it
     for endpoint in endpoints:
         endpoint["client"] = dict(client)
         if endpoint.get("check"):
-            endpoint["check"] = dict(endpoint["check"], url=client["url"], api_key_file=client["api_key_file"], health_path=GATEWAY_HEALTH)
+            endpoint["check"] = dict(endpoint["check"], url=client["url"], api_key_file=client["api_key_file"], health_path=GATEWAY_HEALTH,
+                                     ready_probe=True)
 
 
 def watched(entries, plans, settings, inputs, probed, findings, key_digests=None):

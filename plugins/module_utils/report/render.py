@@ -62,11 +62,11 @@ def render(plan):
 def shared_changes(plan):
     """What the apply step does to the shared containers, when anything."""
     lines = []
-    for what, key in (("Gateway", "gateway"), ("Prometheus", "monitoring")):
-        section = plan.get(key) or {}
+    gateway = plan.get("gateway") or {}
+    for what, section in (("Gateway", gateway), ("Gateway's front door", gateway.get("door") or {}), ("Prometheus", plan.get("monitoring") or {})):
         if section.get("change", "none") != "none":
             lines.append("%s on %s: %s %s" % (what, section.get("host"), section["change"], section["container"]["name"]))
-        if section.get("enabled") and key == "monitoring":
+        if section.get("enabled") and section is plan.get("monitoring"):
             lines.append("Prometheus on %s (%s): %d vLLM endpoint(s), %d node(s)" % (
                 section["host"], section["url"], section["jobs"]["vllm"], section["jobs"]["spark-nodes"]))
     return lines

@@ -90,11 +90,15 @@ def wait_ready(params, client, result):
                     if model is None and names:
                         model = params["model"] = names[0]
                     absent = [m for m in [model] + list(params["models"]) if m not in names]
-                    if not absent:
+                    if absent:
+                        last = "/v1/models lists %s, not %s" % (", ".join(names) or "nothing", ", ".join(str(m) for m in absent))
+                    elif params["ready_probe"]:  # a router lists its routes at once; its backend answers when it serves
+                        stage = "backend"
+                        last = backend_answers(client, model)
+                    if not absent and not (params["ready_probe"] and last):
                         result["stage"] = "models"
                         result["seconds_to_ready"] = round(time.monotonic() - started, 1)
                         return True
-                    last = "/v1/models lists %s, not %s" % (", ".join(names) or "nothing", ", ".join(str(m) for m in absent))
                 else:
                     last = "%s answered %d" % (params["health_path"], code)
             else:
@@ -106,6 +110,16 @@ def wait_ready(params, client, result):
             result["errors"].append("not ready after %d s at %s: %s" % (params["wait"], client.base, last))
             return False
         time.sleep(1)
+
+
+def backend_answers(client, model):
+    """None once ``model`` answers one token through a router (the gateway in front of its deployment), else why not:
+    while its backend loads, the router answers an error status (LiteLLM: 500 or 502)."""
+    try:
+        client.post("/v1/chat/completions", ep.chat_request(model, "Hello", max_tokens=1, stream=False)).read()
+        return None
+    except Exception as exc:  # pylint: disable=broad-except
+        return "%s does not answer through it yet (%s)" % (model, getattr(exc, "code", None) or getattr(exc, "reason", None) or exc)
 
 
 def refused_without_key(client, result, paths=("/v1/models",), status=None):
@@ -243,6 +257,7 @@ ENDPOINT_OPTIONS = dict(
     api_key=dict(type="str", no_log=True),
     api_key_file=dict(type="path", no_log=False),
     health_path=dict(type="str", default="/health"),
+    ready_probe=dict(type="bool", default=False),
     refused_without_key=dict(type="bool", default=False),
     keyless_paths=dict(type="list", elements="str", default=["/v1/models"], no_log=False),
     keyless_status=dict(type="int", no_log=False),

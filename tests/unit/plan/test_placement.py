@@ -244,6 +244,7 @@ def test_the_printed_plan_shows_each_deployment_the_routes_and_what_each_shared_
     lines = render.render(several_plan(tmp_path))
     assert "== deployment chat ==" in lines and "== deployment coder ==" in lines
     assert "  sim-tiny-coder -> deployment coder at http://192.168.100.10:8002/v1" in lines
+    assert "Gateway's front door on spark1: create dgx-spark-gateway-door" in lines
     assert ("Endpoint: http://192.168.1.101:8000/v1 serving sim-tiny-coder (API key from inventories/sparks/.secrets/vllm_api_key); "
             "behind the gateway, its own front door at http://192.168.100.10:8002 answers the cluster's nodes alone") in lines
     assert ("Shared node spark2: chat 36.9 GiB + coder 36.9 GiB start with 73.8 GiB of 117.3 GiB available, leaving 43.5 GiB "
@@ -313,7 +314,7 @@ def test_an_unchanged_gateway_is_asked_with_the_deployments_only_when_nothing_la
     for name, model in (("chat", "sim-tiny"), ("coder", "sim-tiny-coder")):
         endpoint = plan["deployments"][name]["cluster"]["endpoint"]
         assert endpoint["check"] == {"name": "dgx-spark-" + name, "url": gate["url"], "api_key_file": gate["client_key_file"],
-                                     "health_path": gate["health_path"], "model": model}
+                                     "health_path": gate["health_path"], "model": model, "ready_probe": True}
         assert endpoint["client"]["url"] == gate["url"] and endpoint["client"]["api_key_file"] == gate["client_key_file"]
     running = dict(gate, change="none", apply_needed=False)
     assert planner.gateway_checks(running, ["chat", "coder"], ["chat", "coder"]) == {"with_unchanged": [gate["check"]], "verify": False}

@@ -243,3 +243,49 @@ def test_the_tls_context_is_built_once_per_process_not_per_request(tmp_path, mon
     found, dummy = ask_two(tmp_path)
     assert [(f["ready"], f["first_token"], f["errors"]) for f in found] == [(True, "Hi", []), (True, "Hi", [])]
     assert len(built) == 1
+
+
+def test_through_a_router_the_wait_lasts_until_the_backend_answers_not_until_the_route_is_listed():
+    """A gateway lists its routes and answers its health at once, and an error status while the deployment behind it
+    loads: with ready_probe the wait goes on until one token of the model answers through it."""
+    import http.server
+
+    loading = {"left": 3}
+
+    class Router(http.server.BaseHTTPRequestHandler):
+        def answer(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self.answer(200, {"data": [{"id": "m"}]} if self.path == "/v1/models" else {})
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if loading["left"] > 0:
+                loading["left"] -= 1
+                return self.answer(502, {"error": "backend not ready"})
+            return self.answer(200, {"choices": [{"message": {"content": "Hi"}}]})
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Router)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    params = dict({k: v.get("default") for k, v in endpoint_check.ARGUMENT_SPEC.items()},
+                  url="http://127.0.0.1:%d" % server.server_address[1], model="m", api_key="k", wait=30)
+    try:
+        listed = result()
+        assert endpoint_check.wait_ready(dict(params), endpoint_check.Client(params), listed) and loading["left"] == 3
+        probed = result()
+        assert endpoint_check.wait_ready(dict(params, ready_probe=True), endpoint_check.Client(params), probed)
+        assert loading["left"] == 0 and probed["stage"] == "models" and probed["errors"] == []
+        loading["left"] = 100  # never ready within the wait: the error says why
+        late = result()
+        assert not endpoint_check.wait_ready(dict(params, ready_probe=True, wait=3), endpoint_check.Client(params), late)
+        assert late["errors"] == ["not ready after 3 s at %s: m does not answer through it yet (502)" % params["url"]]
+    finally:
+        server.shutdown()
