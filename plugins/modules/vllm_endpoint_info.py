@@ -142,7 +142,7 @@ options:
     default: /health
   ready_probe:
     description:
-      - The endpoint is a router (the gateway in front of a deployment): once C(/v1/models) lists the model, also wait,
+      - The endpoint is a router (the gateway in front of a deployment); once C(/v1/models) lists the model, also wait,
         within O(wait), until one non-streamed token of it answers through the router. A router lists its routes at
         once and answers an error status while the backend loads.
     type: bool
