@@ -109,7 +109,7 @@ def gateway(entries, plans, settings, key_digests, probed, findings):
 
 def through_gateway(gateway, endpoints):
     """Behind the gateway, clients reach each deployment's model through it, not through the deployment's own door (a
-    backend that the cluster's nodes alone reach: firewall.reach, deployment.door_address). So each deployment's checks
+    backend that the cluster's nodes alone reach: firewall.reach, nodes.door_address). So each deployment's checks
     ask what a client gets: its verification, a run that changes nothing and status.yml ask the gateway for its model
     with the clients' key (vLLM's live figures, its ``/metrics``, are not asked there: Prometheus reads them from the
     door). ``endpoints``: each deployment's endpoint section (its plan's or its paths'), changed in place."""
