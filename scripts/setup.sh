@@ -54,6 +54,14 @@ else
     systemctl start docker || true
   fi
   if ! docker info >/dev/null 2>&1; then
+    # A machine restored from a snapshot keeps the pid files of daemons that no longer run, and dockerd
+    # (and its containerd) refuse to start beside a pid file: remove only those whose process is gone.
+    for pidfile in /var/run/docker.pid /run/docker/containerd/containerd.pid; do
+      if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then
+        say "removing $pidfile: its process $(cat "$pidfile" 2>/dev/null) no longer runs"
+        rm -f "$pidfile"
+      fi
+    done
     say "starting dockerd in the background (log: /var/log/dockerd.log)"
     nohup dockerd >/var/log/dockerd.log 2>&1 &
   fi
