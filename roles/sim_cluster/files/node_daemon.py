@@ -32,7 +32,13 @@ they can start again.
 
 The node's interfaces get a Spark's names: the management NIC enP7s7, the fabric port enp1s0f1np1.
 
-Usage: node_daemon.py start ROOT NODE CONTAINER_PID MGMT_IP FABRIC_IP | stop ROOT NODE
+A power cut first takes the node's links away (`unplug`): a Spark without power sends nothing, while the kernel ends
+a simulated node's processes by closing their sockets, which sends FINs. A FIN the new node's firewall drops (no
+connection it knows: ``ct state invalid``) is sent again for minutes from the former node's network namespace, and so is
+that namespace kept with its interfaces, the MAC addresses of the new node's and the renamed names Docker cannot find to
+release: the networks' bridges then send the new node's traffic to the former one, which answers "connection refused".
+
+Usage: node_daemon.py start ROOT NODE CONTAINER_PID MGMT_IP FABRIC_IP | stop ROOT NODE | unplug ROOT NODE
 Prints {"changed": bool, "pid": int|null}.
 """
 
@@ -130,6 +136,21 @@ def stop(p):
     else:
         os.kill(pid, signal.SIGKILL)
     return True
+
+
+def unplug(node):
+    """Delete the node's interfaces but lo (each takes its other end on this machine's bridge with it)."""
+    found = subprocess.run(["docker", "inspect", "--format", "{{.State.Pid}}", node], capture_output=True, text=True)
+    pid = int(found.stdout.strip() or 0) if found.returncode == 0 else 0
+    if not pid:
+        return False  # not running: nothing of it is on the networks
+    enter = ["nsenter", "--net=/proc/%d/ns/net" % pid, "ip"]
+    links = subprocess.run(enter + ["-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    names = [line.split(":")[1].strip().split("@")[0] for line in links.splitlines()]
+    for name in names:
+        if name != "lo":
+            subprocess.run(enter + ["link", "del", name], check=True)
+    return any(name != "lo" for name in names)
 
 
 def rename_interfaces(container_pid, addresses):
@@ -290,6 +311,9 @@ def main(argv):
     p = paths(root, node)
     if action == "stop":
         print(json.dumps({"changed": stop(p), "pid": None}))
+        return
+    if action == "unplug":
+        print(json.dumps({"changed": unplug(node), "pid": None}))
         return
     container_pid = int(argv[4])
     addresses = {argv[6]: FABRIC_IF, argv[5]: MGMT_IF}  # a ring's node has no fabric network: the management address is Ray's
