@@ -16,7 +16,7 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import door, placement, planner, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import door, placement, planner, profiles, tls
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import DEFAULT_SETTINGS, normalize_settings
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import node_order
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import render
@@ -79,6 +79,22 @@ def key_digest(path):
         return None
     with open(path, "rb") as handle:
         return hashlib.sha256(handle.read().strip()).hexdigest()[:16]
+
+
+def tls_digest(settings):
+    """A short digest of the door's certificate and key (module_utils/plan/tls.py), or None when TLS is off or either
+    file cannot be read: a new pair recreates the door."""
+    given = tls.files(settings)
+    if not given:
+        return None
+    found = hashlib.sha256()
+    for path in (given["cert"], given["key"]):
+        try:
+            with open(path, "rb") as handle:
+                found.update(handle.read())
+        except OSError:
+            return None
+    return found.hexdigest()[:16]
 
 
 def key_refusals(paths):
@@ -177,6 +193,7 @@ class ActionModule(ControllerAction):
             "api_key_digest": key_digest(normalize_settings(args["settings"])["api_key_file"]),
             # A new Ray token restarts Ray on every node (each reads it when it starts).
             "ray_token_digest": key_digest(normalize_settings(args["settings"])["ray_token_file"]),
+            "tls_digest": tls_digest(normalize_settings(args["settings"])),
         }
 
     def answer(self, result, args, plan, text):

@@ -61,6 +61,9 @@ options:
       api_key_file:
         description: As O(api_key_file).
         type: path
+      ca_file:
+        description: As O(ca_file).
+        type: path
       health_path:
         description: As O(health_path).
         type: str
@@ -100,6 +103,12 @@ options:
     description:
       - A file holding the endpoint's API key, read where the check runs (the controller, for this action), so that a task
         asking several endpoints names each one's key without reading it into a variable. Not with O(api_key).
+    type: path
+  ca_file:
+    description:
+      - For an C(https) URL, the PEM file of the certificate authorities its certificate is verified against, read where
+        the check runs; the front door's own self-signed certificate with C(vllm_tls=true) and no certificate of the
+        inventory's. Default, the system's authorities. The certificate is always verified, its name too.
     type: path
   wait:
     description: Seconds to wait for the port, C(/health) and C(/v1/models).

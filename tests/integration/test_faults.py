@@ -4,6 +4,7 @@ and the next serve.yml recovers. Runs against inventories/sim; leaves the cluste
 import json
 import os
 import re
+import ssl
 import subprocess
 import threading
 import time
@@ -256,6 +257,54 @@ def test_ray_refuses_a_client_without_its_token_even_on_the_nodes_loopback(clien
     for name in (HEAD_RAY, WORKER_RAY):  # each Ray asks for it; only its path is in the container's environment
         attrs = (head() if name == HEAD_RAY else worker()).containers.get(name).attrs
         assert "RAY_AUTH_MODE=token" in attrs["Config"]["Env"] and secret not in json.dumps(attrs), name
+
+
+def ask(url, key=None, method="GET", context=None):
+    """The status of one request as any HTTP client sees it (an error's code too)."""
+    request = urllib.request.Request(url, headers={"Authorization": "Bearer " + key} if key else {}, method=method,
+                                     data=b"{}" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_with_tls_an_outsider_gets_the_certificate_and_plain_http_is_refused(client):
+    """vllm_tls: true, no certificate of the inventory's: serve.yml makes a self-signed one once, beside the inventory,
+    and recreates the door (vLLM and Ray keep their containers). From this machine, which is no node: the door serves
+    that certificate, for the head's address; plain HTTP gets nginx's 400 on every route, /health included, with the
+    key too; HTTPS verified against the certificate answers /health, and everything else with the key alone; a client
+    that trusts only the system's authorities refuses it. A second run changes nothing and status.yml asks through TLS
+    (the supervisor's own checks use the door's loopback listener). Then the door goes back to plain HTTP."""
+    cert = os.path.join(SIM, ".secrets", "tls", "cert.pem")
+    rays = {n: node_docker(n).containers.get(c).id for n, c in (("sim-head", HEAD_RAY), ("sim-worker1", WORKER_RAY))}
+    try:
+        rc, out = playbook("serve", "-e", "vllm_tls=true", log="faults-serve-tls", check=True)
+        assert "recreate dgx-spark-door-sim-head" in " ".join(out.split()), out[-3000:]
+        assert oct(os.stat(os.path.join(SIM, ".secrets", "tls", "key.pem")).st_mode & 0o777) == "0o600"
+        with open(cert, encoding="utf-8") as handle:
+            assert ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate(("10.209.0.10", 8000))) == ssl.PEM_cert_to_DER_cert(handle.read())
+        trusted = ssl.create_default_context(cafile=cert)  # its name checked too: the head's address is in it
+        https = "https://10.209.0.10:8000"
+        assert ask(https + "/health", context=trusted) == 200
+        assert (ask(https + "/v1/models", context=trusted), ask(https + "/v1/models", api_key(), context=trusted)) == (401, 200)
+        assert ask(https + "/invocations", method="POST", context=trusted) == 401
+        plain = {(m, p): ask("http://10.209.0.10:8000" + p, key, m) for m, p in (("GET", "/health"), ("GET", "/v1/models"),
+                 ("POST", "/invocations"), ("GET", "/metrics"), ("GET", "/openapi.json")) for key in (None, api_key())}
+        assert set(plain.values()) == {400}, plain
+        with pytest.raises(urllib.error.URLError) as refused:
+            urllib.request.urlopen(https + "/health", timeout=10)
+        assert "CERTIFICATE_VERIFY_FAILED" in str(refused.value)
+        rc, out = playbook("serve", "-e", "vllm_tls=true", log="faults-serve-tls-again", check=True)
+        assert all(h["changed"] == 0 for h in recap(out).values()), recap(out)
+        rc, out = playbook("status", "-e", "vllm_tls=true", log="faults-status-tls", check=True)
+        flat = " ".join(out.split())
+        assert "Healthy" in out and https in flat and "supervisor: serving" in flat, flat[-3000:]
+        assert {n: node_docker(n).containers.get(c).id for n, c in (("sim-head", HEAD_RAY), ("sim-worker1", WORKER_RAY))} == rays
+    finally:
+        playbook("serve", log="faults-serve-tls-off", check=True)
+    assert models_status(api_key()) == 200
 
 
 STATE = "/var/lib/dgx-spark-vllm/dgx-spark"

@@ -71,10 +71,14 @@ DEFAULT_SETTINGS = {
     "monitoring": None,                 # Prometheus on the head and each node's figures (module_utils/plan/monitoring.py)
     "gateway": None,                    # LiteLLM's proxy in front of several deployments (module_utils/plan/gateway.py)
     "door_image": None,                 # None: the front door's own image, built on a head that lacks it (module_utils/plan/door.py)
+    "tls": False,                       # the clients' front door serves TLS (module_utils/plan/tls.py)
+    "tls_cert_file": None,              # None with tls: a self-signed certificate made once beside the API key
+    "tls_key_file": None,
+    "tls_ca_file": None,                # what the controller's checks trust: None, the self-signed certificate or the system's
 }
 INTEGERS = ("port", "ray_port", "master_port", "ray_ports_offset", "gpus_per_node", "rsync_port", "images_kept")
 BOOLEANS = ("nccl_strict", "nccl_debug", "simulated", "offline", "model_verify_checksums", "image_build", "trust_remote_code_unpinned",
-            "pipeline_across_nodes", "firewall", "boot_start")
+            "pipeline_across_nodes", "firewall", "boot_start", "tls")
 # The state folders of a node, under <state_dir>/<cluster>, each with its mode. What a container sees is under
 # container/ alone (CONTAINER_FOLDERS, mounted one by one at STATE_MOUNT/<name>): the rest (the supervisor's code and
 # plan, the firewall's ruleset, the records, the ring's rollback, the copy's secrets) is read, loaded or run by the
@@ -196,8 +200,9 @@ def node_paths(settings, node, model_id):
 
 
 def endpoint_url(settings, address):
-    """The URL the controller reaches the endpoint at: vllm_public_url, else the address vLLM binds and vllm_port."""
-    return (settings["public_url"] or "http://%s:%d" % (address, settings["port"])).rstrip("/")
+    """The URL the controller reaches the endpoint at: vllm_public_url, else the address vLLM binds and vllm_port (https
+    with vllm_tls, module_utils/plan/tls.py)."""
+    return (settings["public_url"] or "%s://%s:%d" % ("https" if settings.get("tls") else "http", address, settings["port"])).rstrip("/")
 
 
 def mounts():

@@ -37,6 +37,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nccl_li
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nodes as nodes_check
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import records
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import ring as ring_links
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import tls
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import (
     Findings, container_name, digest, mounts, node_paths, normalize_settings, reports)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.inventory import (
@@ -111,8 +112,7 @@ def cluster_paths(inputs):
                           "endpoint": {"url": url, "health_url": url + "/health", "api_url": url + "/v1",
                                        "api_key_file": settings["api_key_file"], "behind_gateway": where["behind_gateway"],
                                        "client_bind_address": where["client_bind"], "client_address": where["client_advertised"],
-                                       "client": {"url": url, "api_url": url + "/v1", "health_path": door.HEALTH_PATH,
-                                                  "api_key_file": settings["api_key_file"], "metrics": True, "ready_probe": False}}}}
+                                       "client": door.client(settings, url)}}}
     return finish(result, findings)
 
 
@@ -189,9 +189,9 @@ def plan_deployment(inputs, stage="full"):
     cluster["nccl_library"] = inputs["nccl_library"]
     result["nodes"] = {n: plan_node(inputs, n, rank, head, cluster, node_env[n], argv_of) for rank, n in enumerate(order)}
     changes.decide_changes(inputs, result["nodes"], cluster, head)
-    cluster["door"] = door.section(settings, head, result["nodes"][head]["paths"], inputs["endpoint"]["bind"], inputs.get("api_key_digest"),
+    cluster["door"] = door.section(settings, head, result["nodes"][head]["paths"], inputs["endpoint"], inputs.get("api_key_digest"),
                                    nodes_check.probed_containers(inputs["nodes"][head]), findings,
-                                   image_present=bool((inputs["nodes"].get(head) or {}).get("door_image_id")))
+                                   image_present=bool((inputs["nodes"].get(head) or {}).get("door_image_id")), tls_digest=inputs.get("tls_digest"))
     if cluster["door"]["change"] != "none":  # the door alone changes vLLM nothing: the apply starts it with the rest
         cluster["changes"].append("%s: %s %s" % (head, cluster["door"]["change"], cluster["door"]["container"]["name"]))
         cluster.update(apply_needed=True, join_gate_proven=False)
@@ -242,7 +242,7 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
     profile = inputs["profile"]
     url = inputs["endpoint"]["url"]
     bind = inputs["endpoint"]["bind"]
-    local = "%s:%d" % ("127.0.0.1" if bind in (None, "0.0.0.0") else bind, settings["port"])  # the head reaches vLLM there
+    local = inputs["endpoint"].get("local") or "%s:%d" % ("127.0.0.1" if bind in (None, "0.0.0.0") else bind, settings["port"])  # the head's door
     revision = result["model"]["revision"]
     return {
         "name": settings["cluster_name"], "image": settings["image"], "image_id": image.get("id"), "vllm_version": image.get("version"),
@@ -270,12 +270,10 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
                      "client_bind_address": inputs["endpoint"]["client_bind"], "client_address": inputs["endpoint"]["client_advertised"],
                      # where clients reach its model, as the verification, a run that changes nothing and status.yml ask
                      # it: its own door, or the gateway in front of it (shared.through_gateway)
-                     "client": {"url": url, "api_url": url + "/v1", "health_path": door.HEALTH_PATH, "api_key_file": settings["api_key_file"],
-                                "keyless_checked": list(door.KEYLESS_CHECKED), "keyless_status": door.UNAUTHORIZED_STATUS, "metrics": True,
-                                "ready_probe": False},
+                     "client": door.client(settings, url),
                      # what a run that changes nothing asks of it (vllm_endpoint_info's endpoints, with the others at once)
                      "check": {"name": settings["cluster_name"], "url": url, "api_key_file": settings["api_key_file"],
-                               "model": profile["model"].get("served_name") or profile["model"]["id"]}},
+                               "model": profile["model"].get("served_name") or profile["model"]["id"], "ca_file": tls.ca_file(settings)}},
         "model": {"id": profile["model"]["id"], "served_name": profile["model"].get("served_name"), "revision": revision,
                   "hf_endpoint": settings["hf_endpoint"], "verify_checksums": settings["model_verify_checksums"],
                   "disk_reserve_bytes": commands.disk_reserve_bytes(settings)},

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels as container_labels, nodes as nodes_check
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels as container_labels, nodes as nodes_check, tls as tls_utils
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, digest, STATE_MOUNT
 
 IMAGE = "dgx-spark-vllm/door:1"   # built from DOCKERFILE (Debian's nginx) on a head that lacks it
@@ -94,7 +94,7 @@ http {
         keepalive 16;
     }
     server {
-        listen %(listen)s;
+        %(listen)s
         client_max_body_size 64m;
         location = %(health)s {
             limit_except GET {
@@ -126,32 +126,57 @@ http {
 VLLM = {"socket": SOCKET_NAME, "health": HEALTH_PATH, "authorization": False}
 
 
-def nginx_conf(listen, port, behind=None):
-    """nginx's configuration (no secret in it: the key is included from keys.conf)."""
+def nginx_conf(listen, port, behind=None, tls=None):
+    """nginx's configuration (no secret in it: the key is included from keys.conf). ``tls``: the door's TLS section
+    (tls_section), which serves TLS where clients reach it and plain HTTP on the head's loopback (plan/tls.py)."""
     behind = behind or VLLM
-    return NGINX_CONF % {"config": CONFIG_MOUNT, "socket": SOCKET_MOUNT + "/" + behind["socket"], "listen": "%s:%d" % (listen, int(port)),
+    address = "%s:%d" % (listen, int(port))
+    lines = tls_utils.nginx_listen(address, tls["local"]) if tls else "listen %s;" % address
+    return NGINX_CONF % {"config": CONFIG_MOUNT, "socket": SOCKET_MOUNT + "/" + behind["socket"], "listen": lines,
                          "health": HEALTH_PATH, "upstream_health": behind["health"], "unauthorized": UNAUTHORIZED,
                          "authorization": "" if behind["authorization"] else '\n            proxy_set_header Authorization "";'}
 
 
-def plan(name, image, labels, listen, port, folder, socket_folder, key_digest, behind=None):
+def tls_section(settings, folder, digest, local=None):
+    """The door's TLS (plan/tls.py), or None when vllm_tls is off: the controller's certificate and key files, where the
+    head keeps them (the key 0600, root's), their digest, and its plain loopback listener (``local``, host:port)."""
+    given = tls_utils.files(settings)
+    if not given:
+        return None
+    return {"cert_file": given["cert"], "key_file": given["key"], "cert_path": folder + "/tls.crt", "key_path": folder + "/tls.key",
+            "digest": digest, "local": local}
+
+
+def plan(name, image, labels, listen, port, folder, socket_folder, key_digest, behind=None, tls=None):
     """The door's section of a deployment's plan (or of the gateway's, ``behind``: what it stands in front of, VLLM by
-    default): its files on the head, its container (the config hash covers the configuration, the image and the key's
-    digest: a new key recreates it, nothing else does), and where it listens."""
-    config = nginx_conf(listen, port, behind)
+    default): its files on the head, its container (the config hash covers the configuration, the image, the key's
+    digest and the certificate's: a new key or certificate recreates it, nothing else does), and where it listens.
+    ``tls``: tls_section's, or None for plain HTTP."""
+    config = nginx_conf(listen, port, behind, tls)
     container = {"name": name, "image": image, "network_mode": "host",
                  "command": ["nginx", "-c", CONFIG_MOUNT + "/nginx.conf", "-g", "daemon off;"],
                  "env": {}, "init": True, "restart_policy": "unless-stopped",
                  "volumes": ["%s/nginx.conf:%s/nginx.conf:ro" % (folder, CONFIG_MOUNT), "%s/keys.conf:%s/keys.conf:ro" % (folder, CONFIG_MOUNT),
-                             "%s:%s:ro" % (socket_folder, SOCKET_MOUNT)],
+                             "%s:%s:ro" % (socket_folder, SOCKET_MOUNT)]
+                 + (["%s:%s:ro" % (tls["cert_path"], tls_utils.CERT_MOUNT), "%s:%s:ro" % (tls["key_path"], tls_utils.KEY_MOUNT)] if tls else []),
                  # nginx's master drops to its workers' user (root here, so setuid/setgid are kept) and nothing else.
                  "capabilities": ["SETUID", "SETGID"], "cap_drop": ["ALL"], "read_only": True, "tmpfs": ["/run/nginx"],
                  "security_opts": ["no-new-privileges"], "labels": dict(labels)}
-    container["labels"][container_labels.CONFIG_HASH] = digest({"container": container, "config": config, "key": key_digest})
-    return {"container": container, "folder": folder, "socket_folder": socket_folder, "listen": "%s:%d" % (listen, int(port)),
+    container["labels"][container_labels.CONFIG_HASH] = digest({"container": container, "config": config, "key": key_digest,
+                                                                "tls": (tls or {}).get("digest")})
+    return {"container": container, "folder": folder, "socket_folder": socket_folder, "listen": "%s:%d" % (listen, int(port)), "tls": tls,
             "build_folder": folder + "/build", "build_file": folder + "/build/Dockerfile",
             "files": [{"path": folder + "/nginx.conf", "content": config, "mode": "0644"}],
             "keys_file": folder + "/keys.conf", "health_path": HEALTH_PATH}
+
+
+def client(settings, url):
+    """How clients reach a deployment's model at its own door (``url``), as its verification, a run that changes
+    nothing and status.yml ask it (shared.through_gateway puts the gateway's in its place): with the key on every route,
+    and, with TLS, trusting ``ca_file`` (plan/tls.py)."""
+    return {"url": url, "api_url": url + "/v1", "health_path": HEALTH_PATH, "api_key_file": settings["api_key_file"],
+            "keyless_checked": list(KEYLESS_CHECKED), "keyless_status": UNAUTHORIZED_STATUS, "metrics": True, "ready_probe": False,
+            "ca_file": tls_utils.ca_file(settings)}
 
 
 def image(settings):
@@ -159,13 +184,16 @@ def image(settings):
     return settings.get("door_image") or IMAGE
 
 
-def section(settings, head, paths, bind, key_digest, probed, findings, image_present=False):
+def section(settings, head, paths, endpoint, key_digest, probed, findings, image_present=False, tls_digest=None):
     """The door of a deployment on its head, and what the apply step does to it (module_utils/plan/nodes.planned_change:
     none, create, start or recreate; one of its name that is not ours is refused). ``image_present``: the head's probe
-    found the door's image, so the apply builds nothing and asks Docker nothing about it."""
+    found the door's image, so the apply builds nothing and asks Docker nothing about it. ``endpoint``: where it
+    listens (nodes.door_address); with TLS on, the door clients reach serves it (not one behind the gateway)."""
     name = container_name(settings, "door", head)
+    bind = endpoint["bind"]
+    tls = None if endpoint.get("behind_gateway") else tls_section(settings, paths["door_dir"], tls_digest, endpoint.get("local"))
     result = plan(name, image(settings), container_labels.labels(settings["cluster_name"], head, "door"),
-                  bind or "0.0.0.0", settings["port"], paths["door_dir"], paths["door_socket_dir"], key_digest)
+                  bind or "0.0.0.0", settings["port"], paths["door_dir"], paths["door_socket_dir"], key_digest, tls=tls)
     result.update(host=head, change=nodes_check.planned_change(result["container"], True, probed, findings, head),
                   dockerfile=DOCKERFILE, image_present=bool(image_present), key_file=settings["api_key_file"])
     if int(settings["port"]) < 1024:  # its workers hold no capability, NET_BIND_SERVICE included

@@ -98,12 +98,16 @@ def door_address(inputs, settings, head, client):
     (``inputs["behind_gateway"]``): then the door is a backend that only the cluster reaches, on the head's fabric
     address (the firewall admits the nodes alone there, firewall.reach), and the gateway listens where clients reach."""
     behind = bool(inputs.get("behind_gateway"))
+    # With TLS (plan/tls.py), clients name the head as the inventory does (its ansible_host, which its certificate holds),
+    # and the head's own requests go to the door's plain listener on its loopback.
+    named = ((inputs.get("nodes") or {}).get(head) or {}).get("ansible_host") if settings.get("tls") else None
+    advertised = named or client[1]
     if behind and head in (inputs.get("nodes") or {}):
         fabric = str(inputs["nodes"][head].get("fabric_ip"))
         return {"bind": fabric, "advertised": fabric, "url": "http://%s:%d" % (fabric, settings["port"]), "behind_gateway": True,
-                "client_bind": client[0], "client_advertised": client[1]}
-    return {"bind": client[0], "advertised": client[1], "url": endpoint_url(settings, client[1]), "behind_gateway": False,
-            "client_bind": client[0], "client_advertised": client[1]}
+                "client_bind": client[0], "client_advertised": advertised, "local": None}
+    return {"bind": client[0], "advertised": client[1], "url": endpoint_url(settings, advertised), "behind_gateway": False,
+            "client_bind": client[0], "client_advertised": advertised, "local": "127.0.0.1:%d" % settings["port"] if settings.get("tls") else None}
 
 
 def _is_ipv4(value):

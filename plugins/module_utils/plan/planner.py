@@ -14,7 +14,7 @@ finding (host, value, message with the remedy); the play stops before any change
 
 from __future__ import annotations
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, monitoring, nodes as nodes_check, placement, shared
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, monitoring, nodes as nodes_check, placement, shared, tls
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import Findings, node_paths, normalize_settings, reports
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.deployment import (
     cluster_paths, finish, plan_deployment)
@@ -60,14 +60,17 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
         found = [(probes or {}).get(e["name"], {}).get(host) for e in entries if host in e["hosts"]]
         probed = nodes_check.probed_containers(found[0]) if found and found[0] else None
         result["gateway"] = shared.gateway(entries, plans, settings, dict(key_digests or {}, **{"": inputs.get("api_key_digest")}),
-                                           probed, findings)
+                                           probed, findings, inputs.get("tls_digest"))
         if result["gateway"]["enabled"]:
-            shared.through_gateway({"url": result["gateway"]["url"], "api_key_file": result["gateway"]["client_key_file"]},
+            shared.through_gateway({"url": result["gateway"]["url"], "api_key_file": result["gateway"]["client_key_file"],
+                                    "ca_file": tls.ca_file(settings)},
                                    [p["cluster"]["endpoint"] for p in plans.values() if (p.get("cluster") or {}).get("endpoint")])
         result["monitoring"] = shared.watched(entries, plans, settings, inputs, probed, findings,
                                               dict(key_digests or {}, **{"": inputs.get("api_key_digest")}))
+    first = ((plans.get(entries[0]["name"]) if entries else None) or {}).get("cluster", {}).get("endpoint") or {}
+    tls.check(settings, first.get("client_bind_address"), inputs.get("tls_digest"), findings)
     result["reports"] = {"plan": reports(settings)["plan"]}
-    result["key_files"] = key_files(settings, entries, plans, settings_of)
+    result["key_files"] = key_files(settings, entries, plans, settings_of, inputs.get("nodes"))
     result["acts"] = acts(result, findings)
     # The deployments a run only checks (their plan changes no container): serve.yml checks and commits them together.
     result["unchanged"] = [name for name in result["deployment_order"]
@@ -113,13 +116,16 @@ def acts(result, findings):
             or (result.get("monitoring") or {}).get("change", "none") != "none")
 
 
-def key_files(settings, entries, plans=None, settings_of=None):
+def key_files(settings, entries, plans=None, settings_of=None, nodes=None):
     """The controller's key files the preflight role makes before planning (each once, mode 0600, in a 0700 folder):
     the clients' (``client``; an AWX credential's key is written there), each listed deployment's own, which only
     the gateway holds, and Ray's token, which every Ray node holds (``generated``: every file made at random when
     missing). ``ray_token``: where the first Ray deployment's head keeps its copy of the token, which a controller
-    without the file (an AWX job's fresh project) takes back before it would make another (a new token restarts Ray)."""
+    without the file (an AWX job's fresh project) takes back before it would make another (a new token restarts Ray).
+    ``tls``: the self-signed certificate made once when vllm_tls asks for one and the inventory gives none (plan/tls.py),
+    for every node's name and address (``nodes``: the inventory's)."""
     client = settings["api_key_file"]
+    given = tls.files(settings)
     own = [placement.key_file(client, e["name"]) for e in entries if e["listed"]]
     # An offline plan (plan.yml before the nodes answer) makes no token: the head may hold one it would not take back.
     ray = [settings["ray_token_file"]] if settings.get("ray_token_file") and not settings.get("offline") else []
@@ -128,7 +134,8 @@ def key_files(settings, entries, plans=None, settings_of=None):
             "generated": ([client] + own if client else []) + ray,
             "ray_token": {"file": ray[0], "host": holder["head"],
                           "node_file": node_paths(settings_of[holder["name"]], holder["head"], None)["ray_token_file"]}
-            if ray and holder else None}
+            if ray and holder else None,
+            "tls": dict(given, names=tls.subject_alt_names(tls.names(nodes))) if given and given["self_signed"] else None}
 
 
 def paths(inputs, listed=None):

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import door, gateway as gateway_utils, monitoring
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels as container_labels
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import nodes as nodes_check
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import tls
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import digest, endpoint_url, node_paths
 
 GIB = 1024 ** 3
@@ -57,8 +58,9 @@ def backend_address(entry, first_head, endpoint):
     return endpoint.get("local_address", "") if entry["head"] == first_head else urlsplit(endpoint.get("url", "")).netloc
 
 
-def gateway(entries, plans, settings, key_digests, probed, findings):
-    """The gateway section: on or off, its routes, its container and what the apply step does to it."""
+def gateway(entries, plans, settings, key_digests, probed, findings, tls_digest=None):
+    """The gateway section: on or off, its routes, its container and what the apply step does to it. With vllm_tls, its
+    front door is the one clients reach, so it serves TLS (``tls_digest``: the certificate's, plan/tls.py)."""
     first = entries[0]
     routes = []
     for entry in entries:
@@ -90,7 +92,7 @@ def gateway(entries, plans, settings, key_digests, probed, findings):
     listen = endpoint.get("client_bind_address") or endpoint.get("bind_address") or "0.0.0.0"
     front = door.plan(where["door_container"], door.image(settings), container_labels.labels(settings["cluster_name"], first["head"], "gateway-door"),
                       listen, settings["port"], where["folder"] + "/door", socket_folder, (key_digests or {}).get(""),
-                      behind=gateway_utils.BEHIND_DOOR)
+                      behind=gateway_utils.BEHIND_DOOR, tls=door.tls_section(settings, where["folder"] + "/door", tls_digest))
     first_door = ((plans.get(first["name"]) or {}).get("cluster") or {}).get("door") or {}  # its probe read the image
     front.update(host=where["host"], change=nodes_check.planned_change(front["container"], enabled, probed, findings, where["host"]),
                  dockerfile=door.DOCKERFILE, image_present=bool(first_door.get("image_present")), key_file=settings.get("api_key_file"))
@@ -101,6 +103,7 @@ def gateway(entries, plans, settings, key_digests, probed, findings):
               "routes": routes, "change": nodes_check.planned_change(spec, enabled, probed, findings, where["host"]),
               # what a run that launches nothing behind it asks of it, with the deployments at once (planner.py, with_unchanged)
               "check": {"name": "gateway", "url": where["url"], "health_path": GATEWAY_HEALTH, "api_key_file": settings.get("api_key_file"),
+                        "ca_file": tls.ca_file(settings),
                         "model": routes[0]["model"], "models": [r["model"] for r in routes], "refused_without_key": True,
                         "keyless_paths": list(gateway_utils.KEYLESS_CHECKED), "keyless_status": door.UNAUTHORIZED_STATUS}}
     result["apply_needed"] = result["change"] != "none" or front["change"] != "none"  # LiteLLM's container, its door's, or both
@@ -113,7 +116,7 @@ def through_gateway(gateway, endpoints):
     ask what a client gets: its verification, a run that changes nothing and status.yml ask the gateway for its model
     with the clients' key (vLLM's live figures, its ``/metrics``, are not asked there: Prometheus reads them from the
     door). ``endpoints``: each deployment's endpoint section (its plan's or its paths'), changed in place."""
-    client = {"url": gateway["url"], "api_url": gateway["url"] + "/v1", "health_path": GATEWAY_HEALTH,
+    client = {"url": gateway["url"], "api_url": gateway["url"] + "/v1", "health_path": GATEWAY_HEALTH, "ca_file": gateway.get("ca_file"),
               "api_key_file": gateway["api_key_file"], "keyless_checked": list(gateway_utils.KEYLESS_CHECKED),
               "keyless_status": door.UNAUTHORIZED_STATUS,
               "metrics": False,  # vLLM's /metrics is its own door's: Prometheus reads it there, status.yml does not
@@ -122,6 +125,7 @@ def through_gateway(gateway, endpoints):
         endpoint["client"] = dict(client)
         if endpoint.get("check"):
             endpoint["check"] = dict(endpoint["check"], url=client["url"], api_key_file=client["api_key_file"], health_path=GATEWAY_HEALTH,
+                                     ca_file=client["ca_file"],
                                      ready_probe=True)
 
 
@@ -155,4 +159,5 @@ def paths(settings, first_head, endpoint, count):
     return {"host": where["host"], "cluster": settings["cluster_name"],
             "containers": [where["container"], where["door_container"], where["monitoring_container"]], "folders": [where["folder"]],
             "gateway": {"enabled": gateway_on(settings, count), "url": where["url"], "api_key_file": settings.get("api_key_file"),
+                        "ca_file": tls.ca_file(settings),
                         "health_path": GATEWAY_HEALTH}}

@@ -23,14 +23,15 @@ _TLS = {}
 _TLS_LOCK = threading.Lock()
 
 
-def tls_context():
-    """The TLS context every request of this process uses: the default one, its CA certificates loaded once. open_url
-    and Request build and load a new one for each request, even a plain-HTTP one (about 16 ms of CPU each, a dozen of
-    them for two deployments and their gateway asked at once)."""
+def tls_context(ca_file=None):
+    """The TLS context every request of this process uses, one per ``ca_file`` (the front door's certificate or its
+    authority, module_utils/plan/tls.py; None: the system's), its CA certificates loaded once. open_url and Request
+    build and load a new one for each request, even a plain-HTTP one (about 16 ms of CPU each, a dozen of them for two
+    deployments and their gateway asked at once)."""
     with _TLS_LOCK:
-        if "context" not in _TLS:
-            _TLS["context"] = make_context()
-        return _TLS["context"]
+        if ca_file not in _TLS:
+            _TLS[ca_file] = make_context(cafile=ca_file)
+        return _TLS[ca_file]
 
 
 class Client:
@@ -38,7 +39,7 @@ class Client:
         self.base = params["url"].rstrip("/")
         self.key = key_of(params)
         self.timeout = params["request_timeout"]
-        self.context = tls_context()
+        self.context = tls_context(params.get("ca_file"))
 
     def request(self):
         """A Request of its own for each call (its own cookie jar: a keyless probe carries nothing another call got),
@@ -261,6 +262,7 @@ ENDPOINT_OPTIONS = dict(
     refused_without_key=dict(type="bool", default=False),
     keyless_paths=dict(type="list", elements="str", default=["/v1/models"], no_log=False),
     keyless_status=dict(type="int", no_log=False),
+    ca_file=dict(type="path"),
 )
 ARGUMENT_SPEC = dict(
     ENDPOINT_OPTIONS,

@@ -308,13 +308,14 @@ def test_an_unchanged_gateway_is_asked_with_the_deployments_only_when_nothing_la
     # A first run creates it: verified once every deployment is (tasks/shared_verify.yml), not asked with them.
     assert gate["change"] == "create" and gate["verify"] and gate["with_unchanged"] == []
     assert gate["check"] == {"name": "gateway", "url": gate["url"], "health_path": gate["health_path"], "api_key_file": gate["client_key_file"],
+                             "ca_file": None,
                              "model": "sim-tiny", "models": ["sim-tiny", "sim-tiny-coder"], "refused_without_key": True,
                              "keyless_paths": gate["keyless_checked"], "keyless_status": 401}
     # Each deployment is asked where its clients ask it: through the gateway, for its model, with the clients' key.
     for name, model in (("chat", "sim-tiny"), ("coder", "sim-tiny-coder")):
         endpoint = plan["deployments"][name]["cluster"]["endpoint"]
         assert endpoint["check"] == {"name": "dgx-spark-" + name, "url": gate["url"], "api_key_file": gate["client_key_file"],
-                                     "health_path": gate["health_path"], "model": model, "ready_probe": True}
+                                     "health_path": gate["health_path"], "model": model, "ready_probe": True, "ca_file": None}
         assert endpoint["client"]["url"] == gate["url"] and endpoint["client"]["api_key_file"] == gate["client_key_file"]
     running = dict(gate, change="none", apply_needed=False)
     assert planner.gateway_checks(running, ["chat", "coder"], ["chat", "coder"]) == {"with_unchanged": [gate["check"]], "verify": False}

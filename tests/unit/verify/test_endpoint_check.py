@@ -239,7 +239,7 @@ def test_the_tls_context_is_built_once_per_process_not_per_request(tmp_path, mon
     # gateway sends a dozen requests, all at once on a 2-core controller.
     built = []
     monkeypatch.setattr(endpoint_check, "_TLS", {})
-    monkeypatch.setattr(endpoint_check, "make_context", lambda: built.append(1) or object())
+    monkeypatch.setattr(endpoint_check, "make_context", lambda cafile=None: built.append(cafile) or object())
     found, dummy = ask_two(tmp_path)
     assert [(f["ready"], f["first_token"], f["errors"]) for f in found] == [(True, "Hi", []), (True, "Hi", [])]
     assert len(built) == 1
