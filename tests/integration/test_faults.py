@@ -300,7 +300,7 @@ def test_with_tls_an_outsider_gets_the_certificate_and_plain_http_is_refused(cli
         assert all(h["changed"] == 0 for h in recap(out).values()), recap(out)
         rc, out = playbook("status", "-e", "vllm_tls=true", log="faults-status-tls", check=True)
         flat = " ".join(out.split())
-        assert "Healthy" in out and https in flat and "supervisor: serving" in flat, flat[-3000:]
+        assert "Healthy" in out and "Endpoint: serving sim-tiny" in flat and "supervisor: serving" in flat, flat[-3000:]
         assert {n: node_docker(n).containers.get(c).id for n, c in (("sim-head", HEAD_RAY), ("sim-worker1", WORKER_RAY))} == rays
     finally:
         playbook("serve", log="faults-serve-tls-off", check=True)
