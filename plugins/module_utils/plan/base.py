@@ -164,7 +164,8 @@ def node_paths(settings, node, model_id):
         "non_carry_over_file": state + "/container/config/ray_non_carry_over_env_vars.json",
         "do_not_track_file": state + "/container/config/do_not_track",  # VLLM_CONFIG_ROOT: no usage report
         "launcher": state + "/container/bin/vllm-serve",
-        "api_key_file": state + "/container/keys/vllm_api_key",
+        "api_key_file": state + "/secrets/vllm_api_key",  # the clients' key: the supervisor's checks and bench's own container
+        "former_api_key_file": state + "/container/keys/vllm_api_key",  # where a release before it was: in the serving containers' reach
         "door_dir": state + "/door",                     # the front door's configuration and key (root only; its container alone mounts it)
         "door_socket_dir": state + "/container/door",    # vLLM's socket, which the door alone reaches
         "compile_cache_dir": state + "/container/cache",  # vLLM's compile caches, one folder each (plan/compile_cache.py)

@@ -7,9 +7,10 @@ limit beside the figures.
 The write-ups measure by hand and each differently (seed 004 sweeps ``--max-concurrency`` 1 to 32 with ``vllm bench
 serve`` and wants "a bench.sh that runs the same sweep at every image bump and writes a CSV"; seed 001 publishes
 llama-benchy's pp2048/tg128 at c1/c4/c8). Here the sweep is data: concurrencies times input and output lengths,
-bounded in points, prompts and seconds, each point run with the running image's own ``vllm bench serve`` from inside
-the head's container (the endpoint's own machine: no laptop loop in the figures, no client library to install), its
-result file read back, and a row made of it with the image ID, the profile and the config hash it measured.
+bounded in points, prompts and seconds, each point run with the running image's own ``vllm bench serve`` on the head
+(the endpoint's own machine: no laptop loop in the figures, no client library to install), in a container of its own
+that holds the client key (the serving containers, where the model's code runs, never do), its result file read
+back, and a row made of it with the image ID, the profile and the config hash it measured.
 
 The decode bound is the memory-bandwidth roofline of one decode step: every active parameter is read once per step,
 so a stream cannot decode faster than the nodes' bandwidth (273 GB/s per GB10) over the bytes read per token (the
@@ -19,6 +20,8 @@ profile's write-up are drawn beside it. Pure. This file plans the sweep and its 
 """
 
 from __future__ import annotations
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import MODELS_MOUNT
 
 GB10_BANDWIDTH_BYTES_S = 273e9  # LPDDR5x bandwidth of one DGX Spark (NVIDIA's GB10 specification)
 DEFAULTS = {
@@ -36,17 +39,45 @@ PERCENTILES = (50, 90, 99)
 
 
 RESULT_DIR = "/tmp/dgx-spark-bench"  # inside the container that runs the sweep; each point's result is read from its output
+KEY_MOUNT = "/run/dgx-spark-bench/key"  # the client key, as that container sees it (read-only)
+# Runs ``vllm bench serve`` (argv[3:]) with the key read from the file argv[1] into this process's environment (the
+# client reads it there: OPENAI_API_KEY), never into an argv or the environment the process was started with
+# (/proc/<pid>/environ); vLLM's own output goes to stderr, the result file argv[2] to stdout.
+RUN_POINT = """import os, sys
+key, result = sys.argv[1:3]
+with open(key, encoding="utf-8") as handle:
+    os.environ["OPENAI_API_KEY"] = handle.read().strip()
+os.makedirs(os.path.dirname(result), exist_ok=True)
+out = os.dup(1)
+os.dup2(2, 1)
+sys.argv = ["vllm"] + sys.argv[3:]
+from vllm.entrypoints.cli.main import main
+try:
+    main()
+except SystemExit as exc:
+    if exc.code not in (None, 0):
+        raise
+os.dup2(out, 1)
+with open(result, encoding="utf-8") as handle:
+    sys.stdout.write(handle.read())
+"""
 
 
 def target(cluster, head_entry, profile, max_model_len, key_file):
-    """What bench.yml needs of the plan: the container it runs in (the head's vLLM runs there, so its image's ``vllm
-    bench serve`` does), the endpoint as that container reaches it, the model and its served name, the key file inside
-    the container, where results go inside it (its own /tmp: nothing of the head's is written by the container and
-    read by root), the deployment's max_model_len, the decode bound and the profile's published figures."""
+    """What bench.yml needs of the plan: the container each point runs in (one of its own on the head, from the image
+    vLLM runs, so its ``vllm bench serve`` is the running vLLM's, with the Hugging Face cache read-only for the
+    tokenizer and the client key ``key_file``, the head's 0600 copy, as one read-only file), the endpoint as the head
+    reaches it, the model and its served name, where results go inside the container (its own /tmp: nothing of the
+    head's is written by it and read by root), the deployment's max_model_len, the decode bound and the profile's
+    published figures."""
     spec = profile.get("bench") or {}
-    return {"container": head_entry["serve"]["container"],
+    serving = head_entry["containers"][0]
+    hf = sorted((k, v) for k, v in (serving.get("env") or {}).items() if k.startswith("HF_") or k.startswith("TRANSFORMERS_"))
+    return {"run": ["docker", "run", "--rm", "--network", "host", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+                    "-v", "%s:%s:ro" % (head_entry["paths"]["models_dir"], MODELS_MOUNT), "-v", "%s:%s:ro" % (key_file, KEY_MOUNT)]
+            + [a for k, v in hf for a in ("-e", "%s=%s" % (k, v))] + ["--entrypoint", "python3", serving["image"], "-c", RUN_POINT],
             "base_url": cluster["endpoint"]["local_health_url"].rsplit("/", 1)[0],
-            "model": cluster["model"]["id"], "served_name": cluster["endpoint"]["served_model_name"], "key_file": key_file,
+            "model": cluster["model"]["id"], "served_name": cluster["endpoint"]["served_model_name"], "key_file": KEY_MOUNT,
             "result_dir": RESULT_DIR,
             "max_model_len": max_model_len, "decode_bound": decode_bound(spec, len(cluster["expected_ips"])),
             "published": list(spec.get("published") or [])}
@@ -105,19 +136,18 @@ def points(config, max_model_len=None):
 
 
 def argv(point, target, result_dir):
-    """``vllm bench serve`` for one point, run inside the head's container. ``target``: the endpoint as the container
-    reaches it (``base_url``), the model to tokenize with (``model``), the name it is served as (``served_name``) and
-    the key file inside the container (``key_file``). The key is read there, by the shell: never in an argv. Its own
-    output goes to stderr, and its result file to stdout: the point's row is read from what the command printed."""
-    bench = ["vllm", "bench", "serve", "--backend", "vllm", "--base-url", target["base_url"], "--endpoint", "/v1/completions",
+    """``vllm bench serve`` for one point, after RUN_POINT's key file and result file. ``target``: the endpoint as the
+    container reaches it (``base_url``), the model to tokenize with (``model``), the name it is served as
+    (``served_name``) and the key file inside the container (``key_file``). Its own output goes to stderr, and its
+    result file to stdout: the point's row is read from what the command printed."""
+    bench = ["bench", "serve", "--backend", "vllm", "--base-url", target["base_url"], "--endpoint", "/v1/completions",
              "--model", target["model"], "--served-model-name", target["served_name"],
              "--dataset-name", "random", "--random-input-len", str(point["input_len"]),
              "--random-output-len", str(point["output_len"]), "--ignore-eos", "--num-prompts", str(point["prompts"]),
              "--max-concurrency", str(point["concurrency"]), "--seed", "0",
              "--percentile-metrics", "ttft,itl", "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
              "--save-result", "--result-dir", result_dir, "--result-filename", point["name"] + ".json"]
-    script = 'key=$1 result=$2; shift 2; mkdir -p "${result%/*}" && OPENAI_API_KEY="$(cat "$key")" "$@" >&2 && cat "$result"'
-    return ["sh", "-c", script, "sh", target["key_file"], "%s/%s.json" % (result_dir, point["name"])] + bench
+    return [target["key_file"], "%s/%s.json" % (result_dir, point["name"])] + bench
 
 
 def sweep(bench_target, given, stamp, reports_dir):
@@ -127,7 +157,7 @@ def sweep(bench_target, given, stamp, reports_dir):
     found, more = points(config, bench_target.get("max_model_len")) if not errors else ([], [])
     dirs = {"container": "%s/%s" % (bench_target["result_dir"], stamp), "controller": "%s/%s" % (reports_dir, stamp) if reports_dir else None}
     for point in found:  # each point's command on the head: it prints its result
-        point["argv"] = ["docker", "exec", bench_target["container"]] + argv(point, bench_target, dirs["container"])
+        point["argv"] = list(bench_target["run"]) + argv(point, bench_target, dirs["container"])
     return {"config": config, "points": found, "errors": errors + more, "dirs": dirs}
 
 

@@ -18,7 +18,6 @@ OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for pla
 LAUNCHER = STATE_MOUNT + "/bin/vllm-serve"
 VLLM_LOG = STATE_MOUNT + "/logs/vllm.log"
 VLLM_STATE = STATE_MOUNT + "/run/vllm.json"  # vllm_process's state file in the head's container (its default)
-API_KEY_FILE = STATE_MOUNT + "/keys/vllm_api_key"
 # Ray's token authentication (Ray 2.52 and later): every gRPC and HTTP port of Ray's but the metrics export asks for the
 # cluster's token, so a process that can reach a port and lacks the token is refused. Turned on by the environment only
 # (RAY_AUTH_MODE; Ray refuses it in system_config), the token read from a file (RAY_AUTH_TOKEN_PATH: never in an

@@ -3,16 +3,17 @@ the simulated cluster (tests/unit/fixtures/bench/)."""
 
 import glob
 import json
-import subprocess
 import os
+import subprocess
+import sys
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import bench, deployment, profiles
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import bench as bench_results
 
 from helpers import ROOT, read_fixture, spark_inputs
 
-TARGET = {"container": "dgx-spark-ray-spark1", "base_url": "http://192.168.1.10:8000", "model": "org/m", "served_name": "m",
-          "key_file": "/dgx-spark/keys/vllm_api_key", "max_model_len": 4096, "result_dir": "/tmp/dgx-spark-bench"}
+TARGET = {"run": ["docker", "run", "--rm", "image", "-c", "RUN_POINT"], "base_url": "http://192.168.1.10:8000", "model": "org/m",
+          "served_name": "m", "key_file": "/run/dgx-spark-bench/key", "max_model_len": 4096, "result_dir": "/tmp/dgx-spark-bench"}
 DEPLOYMENT = {"image_id": "sha256:ab", "profile": "p", "config_hash": "h"}
 
 
@@ -59,10 +60,11 @@ def test_a_sweep_that_would_not_fit_or_run_long_is_refused_naming_the_fix():
 
 def test_the_key_is_read_inside_the_container_never_in_the_argv_and_the_result_is_printed():
     point = bench.sweep(TARGET, {"concurrency": [4]}, "t", None)["points"][0]
+    assert point["argv"][:6] == TARGET["run"]  # its own container, not one of the serving ones
     argv = bench.argv(point, TARGET, "/tmp/dgx-spark-bench/20261124T120000Z")
-    assert argv[:3] == ["sh", "-c", bench.argv(point, TARGET, "x")[2]] and "OPENAI_API_KEY" not in " ".join(argv[3:])
-    assert argv[4:6] == ["/dgx-spark/keys/vllm_api_key", "/tmp/dgx-spark-bench/20261124T120000Z/c4-in1024-out128.json"]
-    assert argv[6:9] == ["vllm", "bench", "serve"] and "--ignore-eos" in argv
+    assert "OPENAI_API_KEY" not in " ".join(argv) and "Authorization" not in " ".join(argv)
+    assert argv[:2] == ["/run/dgx-spark-bench/key", "/tmp/dgx-spark-bench/20261124T120000Z/c4-in1024-out128.json"]
+    assert argv[2:4] == ["bench", "serve"] and "--ignore-eos" in argv
     assert argv[argv.index("--result-dir") + 1] == "/tmp/dgx-spark-bench/20261124T120000Z"
     assert argv[argv.index("--max-concurrency") + 1] == "4" and argv[argv.index("--num-prompts") + 1] == "16"
     assert argv[argv.index("--served-model-name") + 1] == "m" and argv[argv.index("--result-filename") + 1] == "c4-in1024-out128.json"
@@ -96,7 +98,15 @@ def test_the_plan_says_where_and_what_to_measure(tmp_path):
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
     plan = deployment.plan_deployment(spark_inputs(m25, tmp_path))
     target = plan["cluster"]["bench"]
-    assert target["container"] == "dgx-spark-ray-spark1" and target["key_file"] == "/dgx-spark/keys/vllm_api_key"
+    head = plan["nodes"]["spark1"]
+    # its own container from vLLM's image, the key one read-only file of the head's root-only secrets folder: no serving
+    # container mounts it (the model's code runs there)
+    run = target["run"]
+    assert run[:3] == ["docker", "run", "--rm"] and run[run.index("--entrypoint") + 2] == head["containers"][0]["image"]
+    assert "%s:/run/dgx-spark-bench/key:ro" % head["paths"]["api_key_file"] in run and target["key_file"] == "/run/dgx-spark-bench/key"
+    assert head["paths"]["api_key_file"].endswith("/secrets/vllm_api_key") and "%s:/models:ro" % head["paths"]["models_dir"] in run
+    assert "HF_HUB_OFFLINE=1" in run and "--cap-drop" in run and run[-2:] == ["-c", bench.RUN_POINT]
+    assert not any("secrets" in v for c in head["containers"] for v in c["volumes"])
     assert target["base_url"] == plan["cluster"]["endpoint"]["local_health_url"][:-len("/health")]
     assert target["max_model_len"] == 4096 and target["decode_bound"] == 97.1 and len(target["published"]) == 2
     assert target["result_dir"] == "/tmp/dgx-spark-bench"  # the container's own: root never reads what it wrote on the head
@@ -143,18 +153,31 @@ def test_the_heads_record_of_the_last_run_is_compared_with_before_the_controller
 
 
 def test_the_points_command_prints_only_its_result_and_hands_the_key_to_the_bench_alone(tmp_path):
-    """The point's shell as the head's container runs it, with a stand-in for vllm bench serve that says something and
-    writes its result file where --result-dir points: stdout is the result file, the bench's own output goes to stderr."""
+    """RUN_POINT as the bench's container runs it, with a stand-in for vLLM's CLI that says what it got and writes its
+    result file where --result-dir points: stdout is the result file, the bench's own output goes to stderr, the key is
+    in the client's environment and not in the one the process started with (/proc/<pid>/environ)."""
     key = tmp_path / "key"
-    key.write_text("sk-bench")
+    key.write_text("sk-bench\n")
+    cli = tmp_path / "lib" / "vllm" / "entrypoints" / "cli"
+    cli.mkdir(parents=True)
+    for folder in (cli.parent.parent, cli.parent, cli):
+        (folder / "__init__.py").write_text("")
+    (cli / "main.py").write_text(
+        "import os, sys\n"
+        "def main():\n"
+        "    print('key=%s started-with-it=%s' % (os.environ.get('OPENAI_API_KEY'), b'sk-bench' in open('/proc/self/environ', 'rb').read()))\n"
+        "    if sys.argv[2] == 'fail':\n"
+        "        print('refused', file=sys.stderr); sys.exit(3)\n"
+        "    out = sys.argv[sys.argv.index('--result-dir') + 1]\n"
+        "    open(out + '/' + sys.argv[sys.argv.index('--result-filename') + 1], 'w').write('{\"completed\": 4}')\n")
     point = bench.sweep(TARGET, {"concurrency": [1]}, "t", None)["points"][0]
-    result = tmp_path / "run" / (point["name"] + ".json")
-    argv = bench.argv(point, dict(TARGET, key_file=str(key)), str(result.parent))[:6]
-    argv[5] = str(result)
-    stand_in = 'echo "key=$OPENAI_API_KEY"; printf \'{"completed": 4}\' > "%s"' % result
-    done = subprocess.run(argv + ["sh", "-c", stand_in], capture_output=True, text=True, check=False)
-    assert done.returncode == 0 and json.loads(done.stdout) == {"completed": 4} and done.stderr.strip() == "key=sk-bench"
-    failed = subprocess.run(argv + ["sh", "-c", "echo refused >&2; exit 3"], capture_output=True, text=True, check=False)
+    argv = bench.argv(point, dict(TARGET, key_file=str(key)), str(tmp_path / "run"))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "lib"))
+    done = subprocess.run([sys.executable, "-c", bench.RUN_POINT] + argv, capture_output=True, text=True, check=False, env=env)
+    assert done.returncode == 0 and json.loads(done.stdout) == {"completed": 4}, done
+    assert done.stderr.strip() == "key=sk-bench started-with-it=False"
+    failed = subprocess.run([sys.executable, "-c", bench.RUN_POINT] + argv[:2] + ["bench", "fail"], capture_output=True, text=True,
+                            check=False, env=env)
     assert failed.returncode == 3 and failed.stdout == "" and "refused" in failed.stderr
 
 
