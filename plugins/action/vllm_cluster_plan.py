@@ -83,18 +83,41 @@ def key_digest(path):
 
 def tls_digest(settings):
     """A short digest of the door's certificate and key (module_utils/plan/tls.py), or None when TLS is off or either
-    file cannot be read: a new pair recreates the door."""
+    file cannot be read (a new pair recreates the door); and what is wrong with the pair, or None."""
     given = tls.files(settings)
     if not given:
-        return None
-    found = hashlib.sha256()
+        return None, None
+    found, texts = hashlib.sha256(), []
     for path in (given["cert"], given["key"]):
         try:
             with open(path, "rb") as handle:
-                found.update(handle.read())
+                texts.append(handle.read())
         except OSError:
-            return None
-    return found.hexdigest()[:16]
+            return None, None
+        found.update(texts[-1])
+    return found.hexdigest()[:16], tls_problem(*texts)
+
+
+def tls_problem(cert_pem, key_pem):
+    """What nginx would fail on, found before anything changes: a certificate or key that is not PEM, a key that is not
+    the certificate's, or a certificate that has expired. None when the pair would serve."""
+    import datetime
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+    except ImportError:  # ansible-core needs it; without it the pair is not judged here
+        return None
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as exc:
+        return "is not a PEM certificate and an unencrypted PEM private key (%s)" % exc
+    public = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if cert.public_key().public_bytes(*public) != key.public_key().public_bytes(*public):
+        return "has a private key that is not the certificate's"
+    if cert.not_valid_after_utc < datetime.datetime.now(datetime.timezone.utc):
+        return "has expired (%s)" % cert.not_valid_after_utc.strftime("%Y-%m-%d")
+    return None
 
 
 def key_refusals(paths):
@@ -193,7 +216,8 @@ class ActionModule(ControllerAction):
             "api_key_digest": key_digest(normalize_settings(args["settings"])["api_key_file"]),
             # A new Ray token restarts Ray on every node (each reads it when it starts).
             "ray_token_digest": key_digest(normalize_settings(args["settings"])["ray_token_file"]),
-            "tls_digest": tls_digest(normalize_settings(args["settings"])),
+            "tls_digest": tls_digest(normalize_settings(args["settings"]))[0],
+            "tls_problem": tls_digest(normalize_settings(args["settings"]))[1],
         }
 
     def answer(self, result, args, plan, text):

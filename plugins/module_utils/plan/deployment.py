@@ -110,6 +110,7 @@ def cluster_paths(inputs):
                           "reports": reports(settings), "records_on": records.keepers(order),
                           "expected_ips": [str(inputs["nodes"][n].get("fabric_ip")) for n in order],
                           "endpoint": {"url": url, "health_url": url + "/health", "api_url": url + "/v1",
+                                       "local_health_url": "http://%s/health" % where["local"],
                                        "api_key_file": settings["api_key_file"], "behind_gateway": where["behind_gateway"],
                                        "client_bind_address": where["client_bind"], "client_address": where["client_advertised"],
                                        "client": door.client(settings, url)}}}
@@ -242,7 +243,7 @@ def cluster_section(inputs, result, use_roce, common, argv, non_carry):
     profile = inputs["profile"]
     url = inputs["endpoint"]["url"]
     bind = inputs["endpoint"]["bind"]
-    local = inputs["endpoint"].get("local") or "%s:%d" % ("127.0.0.1" if bind in (None, "0.0.0.0") else bind, settings["port"])  # the head's door
+    local = inputs["endpoint"]["local"]  # where the head's own requests reach its door
     revision = result["model"]["revision"]
     return {
         "name": settings["cluster_name"], "image": settings["image"], "image_id": image.get("id"), "vllm_version": image.get("version"),

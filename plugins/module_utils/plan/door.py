@@ -191,7 +191,7 @@ def section(settings, head, paths, endpoint, key_digest, probed, findings, image
     listens (nodes.door_address); with TLS on, the door clients reach serves it (not one behind the gateway)."""
     name = container_name(settings, "door", head)
     bind = endpoint["bind"]
-    tls = None if endpoint.get("behind_gateway") else tls_section(settings, paths["door_dir"], tls_digest, endpoint.get("local"))
+    tls = None if endpoint.get("behind_gateway") else tls_section(settings, paths["door_dir"], tls_digest, endpoint.get("loopback"))
     result = plan(name, image(settings), container_labels.labels(settings["cluster_name"], head, "door"),
                   bind or "0.0.0.0", settings["port"], paths["door_dir"], paths["door_socket_dir"], key_digest, tls=tls)
     result.update(host=head, change=nodes_check.planned_change(result["container"], True, probed, findings, head),

@@ -113,6 +113,10 @@ def ruleset(cluster, addresses, opened_tcp, opened_udp=()):
         "    chain input {",
         "        type filter hook input priority filter - 10; policy accept;",
         '        iifname "lo" accept',
+        # a loopback address arriving on another interface (route_localnet, which kube-proxy or Docker may set): the
+        # front door's plain listener for the head's own requests is on 127.0.0.1 (plan/tls.py)
+        "        ip daddr 127.0.0.0/8 drop",
+        "        ip6 daddr ::1 drop",
         "        ct state established,related accept",
         "        ct state invalid drop",
         "        meta l4proto { icmp, ipv6-icmp } accept",

@@ -105,9 +105,12 @@ def door_address(inputs, settings, head, client):
     if behind and head in (inputs.get("nodes") or {}):
         fabric = str(inputs["nodes"][head].get("fabric_ip"))
         return {"bind": fabric, "advertised": fabric, "url": "http://%s:%d" % (fabric, settings["port"]), "behind_gateway": True,
-                "client_bind": client[0], "client_advertised": advertised, "local": None}
+                "client_bind": client[0], "client_advertised": advertised, "local": "%s:%d" % (fabric, settings["port"]), "loopback": None}
+    # ``local``: where the head's own requests reach the door; ``loopback``: its plain listener there, with TLS alone
+    loopback = "127.0.0.1:%d" % settings["port"] if settings.get("tls") else None
+    local = loopback or "%s:%d" % ("127.0.0.1" if client[0] in (None, "0.0.0.0") else client[0], settings["port"])
     return {"bind": client[0], "advertised": client[1], "url": endpoint_url(settings, advertised), "behind_gateway": False,
-            "client_bind": client[0], "client_advertised": advertised, "local": "127.0.0.1:%d" % settings["port"] if settings.get("tls") else None}
+            "client_bind": client[0], "client_advertised": advertised, "local": local, "loopback": loopback}
 
 
 def _is_ipv4(value):

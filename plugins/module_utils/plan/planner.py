@@ -68,7 +68,7 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
         result["monitoring"] = shared.watched(entries, plans, settings, inputs, probed, findings,
                                               dict(key_digests or {}, **{"": inputs.get("api_key_digest")}))
     first = ((plans.get(entries[0]["name"]) if entries else None) or {}).get("cluster", {}).get("endpoint") or {}
-    tls.check(settings, first.get("client_bind_address"), inputs.get("tls_digest"), findings)
+    tls.check(settings, first.get("client_bind_address"), inputs.get("tls_digest"), findings, inputs.get("tls_problem"))
     result["reports"] = {"plan": reports(settings)["plan"]}
     result["key_files"] = key_files(settings, entries, plans, settings_of, inputs.get("nodes"))
     result["acts"] = acts(result, findings)

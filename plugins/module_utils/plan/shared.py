@@ -138,6 +138,11 @@ def watched(entries, plans, settings, inputs, probed, findings, key_digests=None
     targets = []
     for entry in entries:
         endpoint = ((plans.get(entry["name"]) or {}).get("cluster") or {}).get("endpoint") or {}
+        if config["enabled"] and settings.get("tls") and entry["head"] != first["head"] and not endpoint.get("behind_gateway"):
+            findings.error(entry["head"], entry["name"], "vllm_monitoring with vllm_tls: Prometheus on %s reads deployment %s's "
+                           "vLLM through its door on %s, which serves TLS to every host, and cannot yet; put the gateway in "
+                           "front of the deployments (vllm_gateway: true: their doors become the cluster's own), or place %s "
+                           "on %s" % (first["head"], entry["name"], entry["head"], entry["name"], first["head"]))
         targets.append({"address": backend_address(entry, first["head"], endpoint), "deployment": entry["name"],
                         "api_key_file": endpoint.get("api_key_file"), "key_digest": (key_digests or {}).get(entry["name"], (key_digests or {}).get(""))})
     hosts = [h for h in inputs.get("order") or [] if any(h in e["hosts"] for e in entries)]

@@ -39,7 +39,8 @@ def files(settings):
     if self_signed:
         folder = (settings["api_key_file"].rsplit("/", 1)[0] if settings.get("api_key_file") and "/" in settings["api_key_file"] else ".") + "/tls"
         cert, key = folder + "/cert.pem", folder + "/key.pem"
-    return {"cert": cert, "key": key, "ca": settings.get("tls_ca_file") or (cert if self_signed else None), "self_signed": self_signed}
+    return {"cert": cert, "key": key, "ca": settings.get("tls_ca_file") or (cert if self_signed else None), "self_signed": self_signed,
+            "names_file": (cert.rsplit("/", 1)[0] + "/names.json") if self_signed else None}
 
 
 def ca_file(settings):
@@ -47,12 +48,20 @@ def ca_file(settings):
     return (files(settings) or {}).get("ca")
 
 
-def check(settings, bind, digest, findings):
+def check(settings, bind, digest, findings, problem=None):
     """The inventory's TLS settings, before anything changes: both files or neither, each one readable (``digest``: the
-    action's digest of the pair, None when a file is missing), and a door that clients reach from elsewhere."""
+    action's digest of the pair, None when a file is missing), a pair nginx can serve (``problem``: the action's
+    finding), an https URL, and a door that clients reach from elsewhere."""
     given = files(settings)
     if not given:
         return
+    if problem:
+        findings.error("all", given["cert"], "vllm_tls: the certificate %s with its key %s %s; give a valid pair%s"
+                       % (given["cert"], given["key"], problem, ", or delete them to have a self-signed one made again"
+                          if given["self_signed"] else ""))
+    if str(settings.get("public_url") or "").startswith("http://"):
+        findings.error("all", settings["public_url"], "vllm_public_url %s is plain HTTP, and with vllm_tls the door refuses "
+                       "it; write it with https://" % settings["public_url"])
     if bool(settings.get("tls_cert_file")) != bool(settings.get("tls_key_file")):
         findings.error("all", settings.get("tls_cert_file") or settings.get("tls_key_file"),
                        "vllm_tls_cert_file and vllm_tls_key_file go together: give both (PEM files on the controller, the "

@@ -24,9 +24,9 @@ def test_the_files_are_the_inventorys_or_a_self_signed_pair_beside_the_key():
     assert tls.files(base.normalize_settings(key)) is None
     made = tls.files(base.normalize_settings(dict(key, tls="true")))
     assert made == {"cert": "/inv/.secrets/tls/cert.pem", "key": "/inv/.secrets/tls/key.pem", "ca": "/inv/.secrets/tls/cert.pem",
-                    "self_signed": True}
+                    "self_signed": True, "names_file": "/inv/.secrets/tls/names.json"}  # the names it holds: others make another
     given = tls.files(base.normalize_settings(dict(key, tls=True, tls_cert_file="/c.pem", tls_key_file="/k.pem")))
-    assert given == {"cert": "/c.pem", "key": "/k.pem", "ca": None, "self_signed": False}  # the system's authorities
+    assert given == {"cert": "/c.pem", "key": "/k.pem", "ca": None, "self_signed": False, "names_file": None}  # the system's authorities
     assert tls.files(base.normalize_settings(dict(key, tls=True, tls_cert_file="/c.pem", tls_key_file="/k.pem",
                                                   tls_ca_file="/ca.pem")))["ca"] == "/ca.pem"
     assert tls.subject_alt_names(tls.names({"spark1": {"ansible_host": "10.0.0.5"}, "spark2": {"ansible_host": "spark2.lan"}})) == [
@@ -91,3 +91,48 @@ def test_tls_settings_that_cannot_work_are_refused_before_anything_changes(tmp_p
     assert not unread["ok"] and "cannot be read on the controller" in unread["errors"][0]["message"]
     loopback = plan_with(tmp_path, tls=True, bind_address="127.0.0.1")
     assert any("loopback" in e["message"] for e in loopback["errors"]), loopback["errors"]
+
+
+def test_a_pair_nginx_could_not_serve_and_a_plain_public_url_are_refused(tmp_path):
+    """The action reads the pair on the controller: a key that is not the certificate's, an expired certificate or a file
+    that is not PEM would leave the door restarting; each is refused by the plan, naming the files."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from ansible_collections.dgx_spark.vllm.plugins.action import vllm_cluster_plan as action
+
+    def pair(days):
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "spark1.lan")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key()).serial_number(1)
+                .not_valid_before(now - datetime.timedelta(days=2)).not_valid_after(now + datetime.timedelta(days=days))
+                .sign(key, hashes.SHA256()))
+        return (cert.public_bytes(serialization.Encoding.PEM),
+                key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+
+    good, other, old = pair(30), pair(30), pair(-1)
+    assert action.tls_problem(*good) is None
+    assert action.tls_problem(good[0], other[1]) == "has a private key that is not the certificate's"
+    assert action.tls_problem(*old).startswith("has expired (")
+    assert action.tls_problem(b"not a certificate", good[1]).startswith("is not a PEM certificate")
+    inputs = spark_inputs(profile(), tmp_path, settings={"tls": True, "tls_cert_file": "/c.pem", "tls_key_file": "/k.pem"})
+    refused = planner.make_plan(dict(inputs, tls_digest="d1", tls_problem="has expired (2026-01-01)"))
+    assert "vllm_tls: the certificate /c.pem with its key /k.pem has expired (2026-01-01); give a valid pair" in refused["errors"][0]["message"]
+    plain = plan_with(tmp_path, tls=True, public_url="http://spark.example:8000")
+    assert any("vllm_public_url http://spark.example:8000 is plain HTTP" in e["message"] for e in plain["errors"]), plain["errors"]
+
+
+def test_a_loopback_address_from_another_interface_is_dropped_before_any_port_is_opened():
+    """The door's plain listener is on the head's loopback: a packet for 127.0.0.1 that arrives on another interface
+    (route_localnet) is dropped before the opened ports are admitted."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall
+
+    rules = firewall.ruleset("t", ["192.168.100.10"], ["22", "8000"])
+    lines = [line.strip() for line in rules.splitlines()]
+    assert lines.index("ip daddr 127.0.0.0/8 drop") < lines.index("tcp dport @opened_tcp accept")
+    assert lines.index('iifname "lo" accept') < lines.index("ip daddr 127.0.0.0/8 drop") and "ip6 daddr ::1 drop" in lines
