@@ -2,6 +2,7 @@
 and what every check trusts, and the settings refused before anything changes."""
 
 import copy
+import json
 import os
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import base, door, planner, profiles, tls
@@ -136,3 +137,30 @@ def test_a_loopback_address_from_another_interface_is_dropped_before_any_port_is
     lines = [line.strip() for line in rules.splitlines()]
     assert lines.index("ip daddr 127.0.0.0/8 drop") < lines.index("tcp dport @opened_tcp accept")
     assert lines.index('iifname "lo" accept') < lines.index("ip daddr 127.0.0.0/8 drop") and "ip6 daddr ::1 drop" in lines
+
+
+def test_a_tls_door_prometheus_cannot_read_is_refused_and_the_gateway_takes_it_in(tmp_path):
+    """Without the gateway, each deployment's door serves TLS to every host; Prometheus, on the first head, reads its
+    own head's through the loopback listener but could not read another head's: refused before anything changes,
+    naming the deployment and the fix. With the gateway the doors are the cluster's own and Prometheus reads them all."""
+    tiny = profiles.load(profiles.find("sim_tiny", [os.path.join(ROOT, "profiles")]))
+    coder = copy.deepcopy(tiny)
+    coder["model"]["served_name"] = "sim-tiny-coder"
+    listed = [{"name": "chat", "profile": "sim_tiny", "nodes": ["spark1", "spark2"]},
+              {"name": "coder", "profile": "sim_tiny", "nodes": ["spark3", "spark2"], "port": 8001, "ray_ports_offset": 200}]
+
+    def plan(**settings):
+        inputs = spark_inputs(tiny, tmp_path, count=3, settings=dict({"simulated": True, "offline": True, "tls": True,
+                                                                       "monitoring": {"enabled": True}}, **settings))
+        inputs.update(tls_digest="d1", groups={"spark_cluster": ["spark1", "spark2", "spark3"], "spark_head": ["spark1"],
+                                               "spark_workers": ["spark2", "spark3"]})
+        return planner.make_plan(inputs, listed=copy.deepcopy(listed), profiles_of={"chat": tiny, "coder": coder})
+
+    refused = plan(gateway={"enabled": False})
+    assert [e["host"] for e in refused["errors"]] == ["spark3"], refused["errors"]
+    assert "deployment coder's vLLM through its door on spark3" in refused["errors"][0]["message"]
+    assert "vllm_gateway: true" in refused["errors"][0]["message"]
+    behind = plan()
+    assert behind["ok"], behind["errors"]
+    scraped = json.dumps(behind["monitoring"]["files"]["prometheus.yml"])
+    assert "192.168.100.10:8001" in scraped and "192.168.100.12:8001" in scraped and "https" not in scraped  # each door on the fabric
