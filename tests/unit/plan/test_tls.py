@@ -150,8 +150,8 @@ def test_a_tls_door_prometheus_cannot_read_is_refused_and_the_gateway_takes_it_i
               {"name": "coder", "profile": "sim_tiny", "nodes": ["spark3", "spark2"], "port": 8001, "ray_ports_offset": 200}]
 
     def plan(**settings):
-        inputs = spark_inputs(tiny, tmp_path, count=3, settings=dict({"simulated": True, "offline": True, "tls": True,
-                                                                       "monitoring": {"enabled": True}}, **settings))
+        given = dict({"simulated": True, "offline": True, "tls": True, "monitoring": {"enabled": True}}, **settings)
+        inputs = spark_inputs(tiny, tmp_path, count=3, settings=given)
         inputs.update(tls_digest="d1", groups={"spark_cluster": ["spark1", "spark2", "spark3"], "spark_head": ["spark1"],
                                                "spark_workers": ["spark2", "spark3"]})
         return planner.make_plan(inputs, listed=copy.deepcopy(listed), profiles_of={"chat": tiny, "coder": coder})
