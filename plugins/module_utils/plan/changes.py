@@ -111,6 +111,8 @@ def decide_changes(inputs, nodes, cluster, head):
         nodes[name]["models_mount_kept"] = probed[name] is None or bool(kept)
     model_copies(inputs, nodes, cluster, order, head)
     cluster["changes"] = sorted("%s: %s %s" % (n, c, s) for n in order for s, c in nodes[n]["changes"].items() if c != "none")
+    if head in nodes and key_differs(inputs["nodes"][head].get("state"), nodes[head]["paths"]["api_key_file"], inputs.get("api_key_digest")):
+        cluster["changes"].append("%s: write the clients' key for the supervisor and bench" % head)
     # Nothing to start or restart: the image, the folders, the model and the launch steps have nothing to do.
     cluster["apply_needed"] = (bool(cluster["changes"]) or launching
                                or any((nodes[n].get("ring") or {}).get("netplan", {}).get("differs") for n in order)
@@ -119,6 +121,12 @@ def decide_changes(inputs, nodes, cluster, head):
     # A live table missing or changed is loaded again on its own (tasks/restore.yml), or with the apply's fabric step.
     # The head's probe read Ray: with every node and GPU joined and nothing to change, the join gate is proven already.
     cluster["join_gate_proven"] = bool(joined and joined["ready"] and not cluster["apply_needed"])
+
+
+def key_differs(found, path, key_digest):
+    """The head's copy of the clients' key (its sha256, as the probe read it) is not the controller's (``key_digest``,
+    the first 16 hex digits of the same sha256: the action's key_digest), or is missing; a head not probed differs."""
+    return bool(key_digest) and (found is None or (found.get(path) or "")[:16] != key_digest)
 
 
 def model_copies(inputs, nodes, cluster, order, head):

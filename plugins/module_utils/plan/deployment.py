@@ -53,7 +53,8 @@ def device_paths(settings):
 
 def probe_paths(paths):
     """The folders and files of a node's state the probe looks for (the plan writes what is missing or differs)."""
-    files = ("launcher", "non_carry_over_file", "do_not_track_file", "firewall_rules", "firewall_unit", "firewall_wants", "ring_netplan_copy")
+    files = ("launcher", "non_carry_over_file", "do_not_track_file", "firewall_rules", "firewall_unit", "firewall_wants", "ring_netplan_copy",
+             "api_key_file")
     return [f["path"] for f in paths["folders"]] + [paths[k] for k in files] + [firewall.NFT]
 
 

@@ -204,3 +204,20 @@ def test_a_published_figure_without_its_numbers_is_refused_with_the_profile():
     profile["bench"]["published"].append({"concurrency": "c8", "output_tokens_per_s": 65, "output_len": "128"})
     errors = profiles.validate(profile, "minimax_m27_mxfp4.yml")
     assert any("bench.published[3] needs a number for concurrency, output_len" in e for e in errors), errors
+
+
+def test_a_head_without_the_clients_key_where_bench_and_the_supervisor_read_it_gets_it_written(tmp_path):
+    """A head served by a release that kept the key in the containers' folder lacks it in its secrets folder: the plan
+    writes it (an apply that changes no container), and a head that holds the controller's key is left alone."""
+    import hashlib
+
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import changes
+
+    path = "/var/lib/dgx-spark-vllm/dgx-spark/secrets/vllm_api_key"
+    digest = hashlib.sha256(b"the-clients-key-0123").hexdigest()
+    assert changes.key_differs({path: digest}, path, digest[:16]) is False
+    assert changes.key_differs({}, path, digest[:16]) and changes.key_differs({path: "0" * 64}, path, digest[:16])
+    assert changes.key_differs(None, path, digest[:16]) and not changes.key_differs({}, path, None)  # no key: nothing to write
+    m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
+    plan = deployment.plan_deployment(dict(spark_inputs(m25, tmp_path), api_key_digest=digest[:16]))
+    assert plan["nodes"]["spark1"]["probe"]["paths"].count(plan["nodes"]["spark1"]["paths"]["api_key_file"]) == 1
