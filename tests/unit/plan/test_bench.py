@@ -219,5 +219,5 @@ def test_a_head_without_the_clients_key_where_bench_and_the_supervisor_read_it_g
     assert changes.key_differs({}, path, digest[:16]) and changes.key_differs({path: "0" * 64}, path, digest[:16])
     assert changes.key_differs(None, path, digest[:16]) and not changes.key_differs({}, path, None)  # no key: nothing to write
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
-    plan = deployment.plan_deployment(dict(spark_inputs(m25, tmp_path), api_key_digest=digest[:16]))
+    plan = deployment.plan_deployment(dict(spark_inputs(m25, tmp_path), api_key_digest=digest[:16]), stage="inventory")
     assert plan["nodes"]["spark1"]["probe"]["paths"].count(plan["nodes"]["spark1"]["paths"]["api_key_file"]) == 1
