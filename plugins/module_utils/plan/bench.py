@@ -57,6 +57,7 @@ try:
 except SystemExit as exc:
     if exc.code not in (None, 0):
         raise
+sys.stdout.flush()  # what vLLM printed goes to stderr, where fd 1 points until here
 os.dup2(out, 1)
 with open(result, encoding="utf-8") as handle:
     sys.stdout.write(handle.read())

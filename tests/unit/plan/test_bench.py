@@ -172,7 +172,7 @@ def test_the_points_command_prints_only_its_result_and_hands_the_key_to_the_benc
         "    open(out + '/' + sys.argv[sys.argv.index('--result-filename') + 1], 'w').write('{\"completed\": 4}')\n")
     point = bench.sweep(TARGET, {"concurrency": [1]}, "t", None)["points"][0]
     argv = bench.argv(point, dict(TARGET, key_file=str(key)), str(tmp_path / "run"))
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "lib"))
+    env = dict({k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, PYTHONPATH=str(tmp_path / "lib"))  # a pipe: buffered
     done = subprocess.run([sys.executable, "-c", bench.RUN_POINT] + argv, capture_output=True, text=True, check=False, env=env)
     assert done.returncode == 0 and json.loads(done.stdout) == {"completed": 4}, done
     assert done.stderr.strip() == "key=sk-bench started-with-it=False"
