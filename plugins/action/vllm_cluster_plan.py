@@ -216,8 +216,7 @@ class ActionModule(ControllerAction):
             "api_key_digest": key_digest(normalize_settings(args["settings"])["api_key_file"]),
             # A new Ray token restarts Ray on every node (each reads it when it starts).
             "ray_token_digest": key_digest(normalize_settings(args["settings"])["ray_token_file"]),
-            "tls_digest": tls_digest(normalize_settings(args["settings"]))[0],
-            "tls_problem": tls_digest(normalize_settings(args["settings"]))[1],
+            **dict(zip(("tls_digest", "tls_problem"), tls_digest(normalize_settings(args["settings"])))),
         }
 
     def answer(self, result, args, plan, text):
