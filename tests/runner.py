@@ -2,7 +2,11 @@
 
 import json
 import os
+import re
 import subprocess
+import time
+import urllib.error
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOGS = os.path.join(ROOT, "tests", "output", "logs")
@@ -109,3 +113,109 @@ def connect_all(targets, node=None, source="any"):
     argv = ["python3", "-c", CONNECT_ALL, source] + list(targets)
     out = node_docker_exec(node, argv) if node else subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     return json.loads(out)
+
+
+# Run inside a serving container, as the model's code could: a TCP listener and a UDP socket on ports the kernel picks,
+# on every address; "tcp udp" goes to /tmp/dgx-spark-test-ports and each datagram's source address to
+# /tmp/dgx-spark-test-udp, for two minutes.
+LISTEN = """
+import select, socket, time
+t = socket.socket(); t.bind(("0.0.0.0", 0)); t.listen()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 0))
+open("/tmp/dgx-spark-test-ports", "w").write("%d %d" % (t.getsockname()[1], u.getsockname()[1]))
+end = time.time() + 120
+while time.time() < end:
+    if select.select([u], [], [], 1)[0]:
+        data, peer = u.recvfrom(64)
+        with open("/tmp/dgx-spark-test-udp", "a") as found:
+            found.write(peer[0] + chr(10))
+"""
+
+
+def open_listeners(container):
+    """(tcp, udp): the ports of a listener and a UDP socket opened now in ``container`` (a Docker SDK container)."""
+    container.exec_run(["rm", "-f", "/tmp/dgx-spark-test-ports", "/tmp/dgx-spark-test-udp"])
+    container.exec_run(["python3", "-c", LISTEN], detach=True)
+    for dummy in range(50):
+        ports = container.exec_run(["cat", "/tmp/dgx-spark-test-ports"]).output.decode().split()
+        if len(ports) == 2 and all(p.isdigit() for p in ports):
+            return int(ports[0]), int(ports[1])
+        time.sleep(0.2)
+    raise AssertionError("no listener opened in %s" % container.name)
+
+
+# Sends three datagrams to each address:port given as argv, from the source address argv[1] (or any).
+SEND_UDP = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+if sys.argv[1] != "any": s.bind((sys.argv[1], 0))
+for target in sys.argv[2:]:
+    address, port = target.rsplit(":", 1)
+    for dummy in range(3):
+        try:
+            s.sendto(b"dgx-spark-test", (address, int(port)))
+        except OSError:
+            pass
+"""
+
+
+def send_udp(targets, node=None, source="any"):
+    argv = ["python3", "-c", SEND_UDP, source] + list(targets)
+    if node:
+        node_docker_exec(node, argv)
+    else:
+        subprocess.run(argv, capture_output=True, text=True, check=True)
+
+
+def datagrams_from(container):
+    """The source addresses of the datagrams the listener of open_listeners got (after a moment for late ones)."""
+    time.sleep(1.5)
+    out = container.exec_run(["sh", "-c", "cat /tmp/dgx-spark-test-udp 2>/dev/null || true"]).output.decode()
+    return sorted(set(out.split()))
+
+
+def ask(url, method="GET", key=None, body=None):
+    """One request as an outsider makes it: its status (an HTTP error's too) and the first bytes of its body."""
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = "Bearer " + key
+    request = urllib.request.Request(url, data=body, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read(400)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(400)
+
+
+# Routes vLLM serves that its /openapi.json does not list (mounted apps, documentation, stubs), and spellings that
+# must not slip past the door's one open route.
+UNLISTED = ("/metrics", "/docs", "/redoc", "/docs/oauth2-redirect", "/static/x", "/invocations", "/ping", "/tokenize", "/load",
+            "/version", "//health", "/health/../invocations", "/%2e%2e/invocations", "/HEALTH", "/v1/../invocations", "/health/")
+
+
+def keyless_answers(base, api_key):
+    """Every route the image's vLLM lists (its /openapi.json, read through the door at ``base`` with the key), with
+    every method it lists, and the routes it serves unlisted, asked without the key and with wrong ones. Returns
+    (how many route and method pairs were asked, what answered other than 401 or nginx's own refusal, GET /health
+    aside, which must answer 200)."""
+    status, dummy = ask(base + "/openapi.json", key=api_key)
+    assert status == 200, status
+    with urllib.request.urlopen(urllib.request.Request(base + "/openapi.json", headers={"Authorization": "Bearer " + api_key}),
+                                timeout=60) as response:
+        listed = json.loads(response.read())["paths"]
+    asked = []
+    for path, methods in sorted(listed.items()):
+        concrete = re.sub(r"\{[^}]+\}", "x", path)
+        for method in sorted(m.upper() for m in methods if m in ("get", "post", "put", "delete", "patch")):
+            asked.append((method, concrete))
+    asked += [(method, path) for path in UNLISTED for method in ("GET", "POST")]
+    assert len(asked) > 40, asked  # vLLM 0.32 lists about 50 routes
+    answered = []
+    for method, path in asked:
+        for key in (None, "wrong-" + api_key, api_key.swapcase()):  # nginx compares a map's strings ignoring case
+            status, body = ask(base + path, method=method, key=key, body=b"{}" if method != "GET" else None)
+            if method == "GET" and path in ("/health", "//health"):  # nginx merges the slashes: the health route
+                assert status == 200, (method, path, status)
+            elif status != 401 and not (status in (400, 403) and b"<center>nginx</center>" in body):  # nginx's own refusals
+                answered.append((method, path, key is not None, status, body[:80]))
+    return len(asked), answered

@@ -17,8 +17,8 @@ import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring
 from load import Load
-from runner import (ROOT, SIM_ROOT, NODE_ADDRESSES, connect_all, environment, listening, node_docker, node_docker_exec, recap, record,
-                    run)
+from runner import (ROOT, SIM_ROOT, NODE_ADDRESSES, connect_all, datagrams_from, environment, keyless_answers, listening, node_docker,
+                    node_docker_exec, open_listeners, recap, record, run, send_udp)
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,10 @@ def supervisor(node, state=None, seconds=60):
     while True:
         status = json.loads(node_docker_exec(node, ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/boot/status/status.json"]))
         if state is None or status.get("state") == state or time.monotonic() > deadline:
-            assert state is None or status.get("state") == state, status
+            if state is not None and status.get("state") != state:  # what systemd says of the unit, with its last lines
+                unit = docker.from_env().containers.get(node).exec_run(
+                    ["sh", "-c", "systemctl status 'dgx-spark-vllm-serve-*' --no-pager -n 30; date +%s"]).output.decode(errors="replace")
+                assert status.get("state") == state, (status, unit)
             return status
         time.sleep(1)
 
@@ -143,10 +146,14 @@ def test_the_first_serve_shows_each_waits_progress_and_no_poll_says_failed(clien
     out = FIRST_SERVE[0]
     assert "FAILED - RETRYING" not in out
     waits = [line for line in out.splitlines() if line.startswith("... waiting [")]
-    assert any("Wait for vLLM to load the model" in line and line.split(" - ", 1)[1].split(" (look")[0] in (
-        "engine starting", "ranks starting", "loading the weights", "sizing the KV cache", "serving, answering /health next")
-        or "shards" in line for line in waits), waits
     assert all(" (look " in line and " of at most " in line for line in waits), waits
+    # Each look at vLLM's load names its stage from vLLM's log; the first may come before vLLM wrote anything (a load
+    # that ends by the second look shows only that one).
+    stages = ("engine starting", "ranks starting", "loading the weights", "sizing the KV cache", "serving, answering /health next")
+    loads = [line.split(" - ", 1)[1].split(" (look")[0] for line in waits if "Wait for vLLM to load the model" in line]
+    assert loads, waits
+    assert all(said in stages or "shards" in said for said in loads[1:]), loads
+    assert loads[0] in stages + ("vLLM runs; its log says nothing of its load yet",) or "shards" in loads[0], loads
 
 
 CONNECT = """
@@ -184,16 +191,11 @@ def test_an_outsider_reaches_only_ssh_and_the_front_door_whatever_listens(client
     """Deny by default, tried as an outsider would: every port either node lists as listening (read with ss there, not
     from the collection's plan), at every address of either node, from this machine, which sits on both the management
     and the fabric network and is no node of the cluster. Only SSH and the head's front door answer it; a port a
-    process of the serving head's Ray container opens now, as vLLM's ranks pick theirs, is refused too. A node of the
-    cluster, from its fabric address, reaches Ray's ports. The door answers only with the key."""
+    process of the serving head's Ray container opens now, as vLLM's ranks pick theirs, is refused too, and so is a
+    datagram to a UDP socket it opens. A node of the cluster, from its fabric address, reaches Ray's ports and that
+    socket. The door answers only with the key."""
     spare = node_docker("sim-head").containers.get(HEAD_RAY)
-    spare.exec_run(["python3", "-c", "import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen()\n"
-                    "open('/tmp/dgx-spark-test-port', 'w').write(str(s.getsockname()[1])); time.sleep(120)"], detach=True)
-    for dummy in range(50):
-        port = spare.exec_run(["cat", "/tmp/dgx-spark-test-port"]).output.decode().strip()
-        if port.isdigit():
-            break
-        time.sleep(0.2)
+    port, udp = open_listeners(spare)
     ports = {node: listening(node) for node in NODE_ADDRESSES}
     assert int(port) in ports["sim-head"], ports
     workers = [p for p in ports["sim-head"] if 10002 <= p <= 10101]
@@ -212,9 +214,23 @@ def test_an_outsider_reaches_only_ssh_and_the_front_door_whatever_listens(client
     assert set(connect_all(ray, node="sim-worker1", source="10.210.0.11").values()) == {"open"}
     # Only from the fabric: a node's management address is not one of the cluster's.
     assert set(connect_all([t.replace("10.210.", "10.209.") for t in ray], node="sim-worker1", source="10.209.0.11").values()) == {"refused"}
+    # UDP too: a datagram to the container's socket reaches it from the worker's fabric address only.
+    send_udp(["%s:%d" % (address, udp) for addresses in NODE_ADDRESSES.values() for address in addresses])
+    send_udp(["10.210.0.10:%d" % udp], node="sim-worker1", source="10.210.0.11")
+    send_udp(["10.209.0.10:%d" % udp], node="sim-worker1", source="10.209.0.11")
+    assert datagrams_from(spare) == ["10.210.0.11"]
     assert (models_status(), models_status("not-the-key"), models_status(api_key())) == (401, 401, 200)
     tables = node_docker_exec("sim-head", ["nft", "list", "tables"]).splitlines()
     assert tables.count("table inet dgx_spark_vllm_dgx_spark") == 1  # the collection's own, once (Docker's are left alone)
+
+
+def test_without_the_key_no_route_vllm_serves_answers_but_health(client):
+    """From this machine, no node, at the front door: every route the image's vLLM lists in its /openapi.json (read
+    with the key), with each method it lists, and the routes it serves unlisted, asked without the key and with wrong
+    ones: 401 (or nginx's own refusal), but GET /health."""
+    asked, answered = keyless_answers("http://10.209.0.10:8000", api_key())
+    assert answered == []
+    print("front door: %d routes and methods asked without the key and with two wrong ones; only GET /health answered" % asked)
 
 
 # Asks Ray's GCS for its node table over gRPC, as any client would: with no token, a wrong one, or the one in the file
@@ -235,23 +251,96 @@ except grpc.RpcError as exc:
 """
 
 
+# Every TCP listener of a process this container sees, as [address, port, name, argv] (run in a Ray container: Ray's
+# and vLLM's processes; the node's others are in other PID namespaces).
+LISTENERS = """
+import json, psutil
+rows = []
+for c in psutil.net_connections("tcp"):
+    if c.status == "LISTEN" and c.pid:
+        p = psutil.Process(c.pid)
+        rows.append([c.laddr.ip, c.laddr.port, p.name(), " ".join(p.cmdline())[:200]])
+print(json.dumps(rows))
+"""
+# Run from the Ray image on a node's network, as any local process could. argv[1]: the token's file, argv[2]: JSON
+# [[address, port], ...] of Ray's service processes, argv[3]: the raylet's address. With the token it asks the raylet
+# for its core workers' gRPC ports (Ray's own answer, not a list of ours), then asks every port without it: a gRPC
+# call of each of Ray's services (an empty request) and an HTTP GET. Prints {"address:port": verdict}: "token" (a
+# service refused the call as UNAUTHENTICATED, or HTTP 401, and nothing answered OK), "metrics" (HTTP 200 with
+# Prometheus' text format alone), or what answered.
+ASK_RAY_PORTS = """
+import json, re, sys, urllib.request, grpc
+from ray.core.generated import node_manager_pb2 as nm
+token = open(sys.argv[1]).read().strip()
+targets = [tuple(t) for t in json.loads(sys.argv[2])]
+stats = grpc.insecure_channel(sys.argv[3]).unary_unary("/ray.rpc.NodeManagerService/GetNodeStats",
+    request_serializer=nm.GetNodeStatsRequest.SerializeToString, response_deserializer=nm.GetNodeStatsReply.FromString)(
+    nm.GetNodeStatsRequest(), timeout=10, metadata=(("authorization", "Bearer " + token),))
+workers = sorted({w.port for w in stats.core_workers_stats if w.port})
+targets += [(sys.argv[3].rsplit(":", 1)[0], p) for p in workers]
+METHODS = ["/ray.rpc.NodeInfoGcsService/GetAllNodeInfo", "/ray.rpc.NodeManagerService/GetNodeStats",
+           "/ray.rpc.ObjectManagerService/Pull", "/ray.rpc.CoreWorkerService/GetCoreWorkerStats",
+           "/ray.rpc.ReporterService/HealthCheck", "/ray.rpc.RayletDriver/ClusterInfo"]
+METRIC = re.compile(r"^(#.*|[a-zA-Z_:][a-zA-Z0-9_:]*({.*})? \\S+( \\d+)?)?$")
+found = {}
+for address, port in targets:
+    codes = set()
+    for method in METHODS:
+        try:
+            grpc.insecure_channel("%s:%d" % (address, port)).unary_unary(method, request_serializer=lambda x: x,
+                                                                          response_deserializer=lambda x: x)(b"", timeout=5)
+            codes.add("OK")
+        except grpc.RpcError as exc:
+            codes.add(exc.code().name)
+    verdict = "token" if "UNAUTHENTICATED" in codes and "OK" not in codes else None
+    if verdict is None:
+        try:
+            with urllib.request.urlopen("http://%s:%d/" % (address, port), timeout=5) as answer:
+                body = answer.read().decode(errors="replace")
+                verdict = "metrics" if all(METRIC.match(line) for line in body.splitlines()) else "HTTP %d" % answer.status
+        except urllib.error.HTTPError as exc:
+            verdict = "token" if exc.code == 401 else "HTTP %d" % exc.code
+        except Exception as exc:
+            verdict = "gRPC %s, HTTP %s" % (sorted(codes), type(exc).__name__)
+    found["%s:%d" % (address, port)] = verdict
+print(json.dumps({"workers": workers, "found": found}))
+"""
+RAY_SERVICES = re.compile(r"^(gcs_server|raylet|ray::DashboardAgent|ray::RuntimeEnvAgent)$")
+
+
 def test_ray_refuses_a_client_without_its_token_even_on_the_nodes_loopback(client):
-    """The firewall admits the node itself; Ray's token is what keeps out a process on it: a container started from the
-    cluster's image on the head's network, without the token, is refused by Ray's GCS at the head's loopback and
-    fabric addresses; with the token the node holds (0600, root's) it is answered."""
+    """The firewall admits the node itself; Ray's token is what keeps out a process on it. Enumerated, not listed: on
+    each node, every port a Ray process listens on (read in its Ray container) and every core worker's gRPC port (the
+    raylet's answer, asked with the token), asked without the token from a container of the cluster's image on the
+    node's network, at loopback where the port takes it: each refuses (UNAUTHENTICATED, HTTP 401) but Ray's metrics
+    exporters, which serve Prometheus' text alone. The GCS answers a client with the node's token (0600, root's), and
+    refuses a wrong one."""
     image = head().containers.get(HEAD_RAY).attrs["Config"]["Image"]
     mode = head().containers.get(HEAD_RAY).attrs["HostConfig"]["NetworkMode"]
     token = "/var/lib/dgx-spark-vllm/dgx-spark/container/keys/ray_auth_token"
     assert node_docker_exec("sim-head", ["stat", "-c", "%a %U", token]) == "600 root"
+    volumes = {token: {"bind": "/run/token", "mode": "ro"}}
+    tried, metrics = 0, []
+    for node, name, fabric in (("sim-head", HEAD_RAY, "10.210.0.10"), ("sim-worker1", WORKER_RAY, "10.210.0.11")):
+        rows = json.loads(node_docker(node).containers.get(name).exec_run(["python3", "-c", LISTENERS]).output.decode())
+        services = [r for r in rows if RAY_SERVICES.match(r[2]) or "/site-packages/ray/" in r[3] or "ray.util.client" in r[3]]
+        targets = sorted({("127.0.0.1" if a in ("0.0.0.0", "::") else a, p) for a, p, dummy, dummy in services})
+        assert {r[2] for r in services} >= {"gcs_server", "raylet"} if node == "sim-head" else {"raylet"}, rows
+        out = node_docker(node).containers.run(image, ["python3", "-c", ASK_RAY_PORTS, "/run/token", json.dumps(targets), "%s:6800" % fabric],
+                                               network_mode=mode, remove=True, volumes=volumes).decode().strip().splitlines()[-1]
+        result = json.loads(out)
+        assert result["workers"], result  # vLLM's ranks are Ray's core workers: their ports are asked too
+        assert set(result["found"].values()) <= {"token", "metrics"}, (node, result)
+        assert list(result["found"].values()).count("token") >= len(result["workers"]) + 2, (node, result)
+        tried += len(result["found"])
+        metrics += [t for t, verdict in result["found"].items() if verdict == "metrics"]
+    print("Ray without its token: %d ports on 2 nodes tried, none answered; %d metrics exporters (%s)" % (tried, len(metrics), ", ".join(metrics)))
 
     def ask(address, how, mount=False):
-        volumes = {token: {"bind": "/run/token", "mode": "ro"}} if mount else {}
         return head().containers.run(image, ["python3", "-c", ASK_GCS, address, how, "/run/token"], network_mode=mode, remove=True,
-                                     volumes=volumes).decode().strip()
+                                     volumes=volumes if mount else {}).decode().strip()
 
-    for address in ("127.0.0.1:6379", "10.210.0.10:6379"):
-        assert ask(address, "none") == "UNAUTHENTICATED", address
-        assert ask(address, "wrong") == "UNAUTHENTICATED", address
+    assert ask("10.210.0.10:6379", "wrong") == "UNAUTHENTICATED"
     assert ask("127.0.0.1:6379", "file", mount=True) == "OK 2"  # the control: both nodes, with the token
     secret = node_docker_exec("sim-head", ["cat", token])
     for name in (HEAD_RAY, WORKER_RAY):  # each Ray asks for it; only its path is in the container's environment
@@ -343,6 +432,72 @@ def test_a_container_sees_only_its_folders_and_writes_only_its_log_and_state(cli
     tried = TRY_WRITES.replace("/dgx-spark/* /models", "/run/dgx-spark-door /etc/dgx-spark-door")
     written = door.exec_run(["sh", "-c", tried]).output.decode().split()
     assert written == ["/dev"], written  # Docker's own /dev tmpfs; nothing of the host's
+    assert chat() == 200
+
+
+# Every file root keeps in the node's state folder, outside the folders a container writes: read on the node (not a
+# list of ours), by name. Those with these endings, or in boot/, root loads or runs; the others it writes or reads.
+ROOTS_NAMES = "cd %s && find . -path ./container/cache -prune -o -path ./container/door -prune -o -path ./container/logs -prune " \
+              "-o -path ./container/run -prune -o -type f -printf '%%P\\n'" % STATE
+RUN_OR_LOAD = (".py", ".nft", ".conf", ".sh", "apply", "vllm-serve")
+SENTINEL = "/root/dgx-spark-sentinel"  # a file of the node's: no container has it
+
+
+def test_what_a_container_plants_in_its_folders_is_never_followed_or_run_by_root(client):
+    """As the model's code could, as root in the serving containers: in every folder a container writes (the head's
+    cache, door, logs and run; the worker's cache), a link to a file of the node's, named as each file root writes in
+    the state folder, and a script named as each one it loads or runs, beside the containers' own files. Then serve.yml,
+    status.yml, recover.yml and a power cycle of the head (its supervisor starts Ray and vLLM again, with no Ansible),
+    and serve.yml once more: the node's file is unchanged and never shown, nothing planted ran, every link is still a
+    link to it. The planted names are taken away at the end."""
+    names = sorted(set(node_docker_exec("sim-head", ["sh", "-c", ROOTS_NAMES]).split()))
+    assert {"boot/plan.json", "config/firewall.nft", "container/bin/vllm-serve", "secrets/vllm_api_key"} <= set(names), names
+    runs = sorted({os.path.basename(n) for n in names if n.endswith(RUN_OR_LOAD) or n.startswith("boot/lib/")})
+    writes = sorted({os.path.basename(n) for n in names} - set(runs))
+    marker = "dgx-spark-sentinel-%d" % time.time_ns()
+    # A name a container's own file has already (vLLM's log, its state) is left to it: only free names are planted.
+    plant = ("for d in %s; do for f in %s; do [ -e \"$d/$f\" ] || { ln -s %s \"$d/$f\" && echo \"L $d/$f\"; }; done; "
+             "for f in %s; do [ -e \"$d/$f\" ] || { printf '#!/bin/sh\\ntouch /planted-ran\\n' > \"$d/$f\" && chmod +x \"$d/$f\" "
+             "&& echo \"S $d/$f\"; }; done; done")
+    folders = {"sim-head": ("/dgx-spark/cache", "/dgx-spark/door", "/dgx-spark/logs", "/dgx-spark/run"), "sim-worker1": ("/dgx-spark/cache",)}
+    before, planted = {}, {}
+    for node, name in (("sim-head", HEAD_RAY), ("sim-worker1", WORKER_RAY)):
+        node_docker_exec(node, ["sh", "-c", "printf %s > %s && chmod 600 %s" % (marker, SENTINEL, SENTINEL)])
+        before[node] = node_docker_exec(node, ["stat", "-c", "%Y %s %i", SENTINEL])
+        command = plant % (" ".join(folders[node]), " ".join(writes), SENTINEL, " ".join(runs))
+        result = node_docker(node).containers.get(name).exec_run(["sh", "-c", command])
+        assert result.exit_code == 0, result.output
+        # as the node sees them: /dgx-spark/<folder> is <state>/container/<folder>
+        planted[node] = [(kind, path.replace("/dgx-spark/", STATE + "/container/", 1)) for kind, path in
+                         (line.split(" ", 1) for line in result.output.decode().splitlines())]
+    links = sum(kind == "L" for found in planted.values() for kind, dummy in found)
+    assert links >= len(writes) * 4 and len(planted["sim-head"]) + len(planted["sim-worker1"]) - links >= len(runs) * 4, planted
+    shown = []
+    try:
+        shown.append(playbook("serve", log="faults-serve-planted", check=True)[1])
+        shown.append(playbook("status", log="faults-status-planted", check=True)[1])
+        shown.append(playbook("recover", log="faults-recover-planted", check=True)[1])
+        since = time.time()
+        sim("faults-sim-reboot-planted", None, "-e", "sim_reboot=sim-head")
+        assert supervisor_did("sim-head", "completion passed", 300, since), supervisor("sim-head")
+        assert answered_again(120)
+        rc, out = playbook("serve", log="faults-serve-after-planted-reboot", check=True)
+        shown.append(out)
+        assert "Changes: none" in out, out[-2000:]
+        for node in folders:
+            assert node_docker_exec(node, ["stat", "-c", "%Y %s %i", SENTINEL]) == before[node], node
+            assert node_docker_exec(node, ["cat", SENTINEL]) == marker, node
+            assert node_docker_exec(node, ["sh", "-c", "test ! -e /planted-ran && echo none"]) == "none", node
+            paths = [path for kind, path in planted[node] if kind == "L"]
+            kept = node_docker_exec(node, ["sh", "-c", "for f in \"$@\"; do [ -L \"$f\" ] && readlink \"$f\"; done; true", "-"] + paths).split()
+            assert set(kept) <= {SENTINEL}, (node, kept)  # a link still there still names the node's file: never replaced through
+        assert not os.path.exists("/planted-ran")
+        assert not any(marker in out for out in shown)
+        print("planted: %d links and %d scripts in 5 folders; serve, status, recover, a power cycle of the head and serve "
+              "again: none followed, none ran" % (links, sum(len(found) for found in planted.values()) - links))
+    finally:
+        for node in folders:
+            node_docker_exec(node, ["sh", "-c", "rm -f \"$@\"", "-", SENTINEL] + [path for dummy, path in planted.get(node, [])])
     assert chat() == 200
 
 

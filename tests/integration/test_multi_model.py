@@ -121,6 +121,15 @@ def test_no_key_is_in_the_gateways_container_logs_or_output(served):
         secret = key(name)
         assert secret not in inspected and secret not in logs and secret not in served, name
     assert "LITELLM_OFFLINE_MODE=true" in gateway.attrs["Config"]["Env"]
+    # As the door: no capability, none to gain, and no write but its /tmp and its socket's folder (tried in every folder).
+    host = gateway.attrs["HostConfig"]
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"] and host["SecurityOpt"] == ["no-new-privileges"] and host["ReadonlyRootfs"], host
+    status = gateway.exec_run(["sh", "-c", "grep CapEff /proc/1/status"]).output.decode().split()
+    assert status == ["CapEff:", "0000000000000000"], status
+    tried = "for d in $(find / -xdev -mindepth 1 -maxdepth 1 -type d) /run/dgx-spark-gateway; do " \
+            "if touch \"$d/.dgx-w\" 2>/dev/null; then rm -f \"$d/.dgx-w\"; echo \"$d\"; fi; done"
+    written = gateway.exec_run(["sh", "-c", tried]).output.decode().split()
+    assert sorted(written) == ["/dev", "/run/dgx-spark-gateway", "/tmp"], written
 
 
 def test_memory_is_summed_on_each_shared_node_and_over_commit_is_refused_before_any_change(served):

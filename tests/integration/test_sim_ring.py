@@ -2,8 +2,8 @@
 fabric role applies the netplan). In `make test`: the ring is applied and proven from both ends, a link on the
 connection's interface is refused, an apply that loses a node is rolled back on every node, and host_guard's earlyoom
 acts on the ring's nodes (nothing serves there, so it can only end the test's own process). In `make test-extended`
-(marker `extended`): the ring serves a TP=3 model, a swapped and a pulled cable are named, and a fourth node joins the
-ring and Ray joins all four. Leaves the ring torn down."""
+(marker `extended`): the ring serves a TP=3 model and an outsider reaches SSH and its front door alone, a swapped and
+a pulled cable are named, and a fourth node joins the ring and Ray joins all four. Leaves the ring torn down."""
 
 import json
 import os
@@ -13,7 +13,7 @@ import urllib.request
 import docker
 import pytest
 
-from runner import ROOT, recap, record, run
+from runner import ROOT, connect_all, datagrams_from, listening, node_docker, open_listeners, recap, record, run, send_udp
 
 pytestmark = pytest.mark.slow
 extended = pytest.mark.extended
@@ -120,6 +120,34 @@ def test_the_ring_serves_tp3(ring):
     assert chat(ring, "sim-tiny-ring") == 200
     rc, out = playbook("serve", ring, log="ring3-serve-again", check=True)
     assert all(h["changed"] == 0 for h in recap(out).values()), recap(out)
+
+
+@extended
+def test_an_outsider_reaches_only_ssh_and_the_ring_heads_front_door(ring):
+    """Where Ray and vLLM's ranks speak over the management network (the fabric address is the management address, as
+    in inventories/sparks-ring), the table tells the nodes by their addresses: from this machine, which shares that
+    network and is no node, every TCP port any ring node lists with ss, at every node's management address (the one
+    network an outsider shares with a ring: each link is a cable between two nodes), answers only for SSH and the
+    head's front door; a TCP port and a UDP socket opened now in the head's
+    Ray container are refused to it and reached by a node."""
+    assert chat(ring, "sim-tiny-ring") == 200  # vLLM's ranks and Ray's workers have opened their sockets
+    spare = node_docker("sim-r1").containers.get("dgx-spark-ray-sim-r1")
+    tcp, udp = open_listeners(spare)
+    addresses = {name: sorted(a["local"] for l in json.loads(node(name, ["ip", "-j", "addr", "show"])) for a in l.get("addr_info") or []
+                              if a["family"] == "inet" and not a["local"].startswith("127.")) for name in NODES}
+    assert all(len(found) == 3 for found in addresses.values()), addresses  # the management address and two ring links
+    ports = {name: listening(name) for name in NODES}
+    assert tcp in ports["sim-r1"] and 6379 in ports["sim-r1"], ports
+    targets = ["%s:%d" % (a, p) for name in NODES for a in addresses[name] if a.startswith("10.209.") for p in ports[name]]
+    answers = connect_all(targets)
+    opened = sorted(t for t, answer in answers.items() if answer == "open")
+    assert opened == sorted(["10.209.0.21:22", "10.209.0.22:22", "10.209.0.23:22", "10.209.0.21:8000"]), answers
+    send_udp(["%s:%d" % (HEAD, udp)])
+    send_udp(["%s:%d" % (HEAD, udp)], node="sim-r2", source="10.209.0.22")
+    assert datagrams_from(spare) == ["10.209.0.22"]
+    near = connect_all(["%s:%d" % (HEAD, p) for p in (6379, 6800, tcp)], node="sim-r2", source="10.209.0.22")
+    assert set(near.values()) == {"open"}, near
+    print("outsider, ring: %d port x address pairs tried, %d answered" % (len(targets), len(opened)))
 
 
 def test_links_on_the_connections_interface_or_over_the_management_network_are_refused_by_the_probe(ring):

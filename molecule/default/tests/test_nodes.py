@@ -5,8 +5,12 @@ import json
 import os
 import re
 import subprocess
+import sys
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests"))
+from runner import keyless_answers  # noqa: E402  # pylint: disable=wrong-import-position
 
 
 def inspect(host, name):
@@ -122,51 +126,12 @@ def test_the_endpoint_answers_with_the_key_and_refuses_without(plan, api_key, pa
     assert os.stat(plan["cluster"]["endpoint"]["api_key_file"]).st_mode & 0o777 == 0o600
 
 
-def ask(url, method="GET", key=None, body=None):
-    """One request as an outsider makes it: its status (an HTTP error's too) and the first bytes of its body."""
-    headers = {"Content-Type": "application/json"}
-    if key is not None:
-        headers["Authorization"] = "Bearer " + key
-    request = urllib.request.Request(url, data=body, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, response.read(400)
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(400)
-
-
-# Routes vLLM serves that its /openapi.json does not list (mounted apps, documentation, stubs), and spellings that
-# must not slip past the door's one open route.
-UNLISTED = ("/metrics", "/docs", "/redoc", "/docs/oauth2-redirect", "/static/x", "/invocations", "/ping", "/tokenize", "/load",
-            "/version", "//health", "/health/../invocations", "/%2e%2e/invocations", "/HEALTH", "/v1/../invocations", "/health/")
-
-
 def test_no_route_but_health_answers_without_the_key(plan, api_key):
     """Every route the image's vLLM lists (its /openapi.json, read through the door with the key), with every method
     it lists, and the routes it serves unlisted, asked without the key and with a wrong one: 401, but GET /health."""
-    base = plan["cluster"]["endpoint"]["url"]
-    status, dummy = ask(base + "/openapi.json", key=api_key)
-    assert status == 200
-    with urllib.request.urlopen(urllib.request.Request(base + "/openapi.json", headers={"Authorization": "Bearer " + api_key}),
-                                timeout=60) as response:
-        listed = json.loads(response.read())["paths"]
-    asked = []
-    for path, methods in sorted(listed.items()):
-        concrete = re.sub(r"\{[^}]+\}", "x", path)
-        for method in sorted(m.upper() for m in methods if m in ("get", "post", "put", "delete", "patch")):
-            asked.append((method, concrete))
-    asked += [(method, path) for path in UNLISTED for method in ("GET", "POST")]
-    assert len(asked) > 40, asked  # vLLM 0.32 lists about 50 routes
-    answered = []
-    for method, path in asked:
-        for key in (None, "wrong-" + api_key, api_key.swapcase()):  # nginx compares a map's strings ignoring case
-            status, body = ask(base + path, method=method, key=key, body=b"{}" if method != "GET" else None)
-            if method == "GET" and path in ("/health", "//health"):  # nginx merges the slashes: the health route
-                assert status == 200, (method, path, status)
-            elif status != 401 and not (status in (400, 403) and b"<center>nginx</center>" in body):  # nginx's own refusals
-                answered.append((method, path, key is not None, status, body[:80]))
+    asked, answered = keyless_answers(plan["cluster"]["endpoint"]["url"], api_key)
     assert answered == []
-    print("front door: %d routes and methods asked without the key and with a wrong one; only GET /health answered" % len(asked))
+    print("front door: %d routes and methods asked without the key and with a wrong one; only GET /health answered" % asked)
 
 
 def test_vllm_is_reachable_only_through_its_socket(head, plan):

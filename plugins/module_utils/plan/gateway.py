@@ -75,10 +75,12 @@ def container(name, image, socket_folder, config_file, labels):
     """The gateway's container: the host's network (it reaches every deployment's door on its head's fabric address),
     no TCP port of its own: LiteLLM's app served by uvicorn on a Unix socket in a folder only root enters, which the
     gateway's front door alone reaches (BEHIND_DOOR); its configuration read-only (``CONFIG_FILE_PATH``: LiteLLM's app
-    reads it at its start), no secret in its argv or environment."""
+    reads it at its start), no secret in its argv or environment. It runs with no capability, no way to gain one and
+    a read-only filesystem but a tmpfs at /tmp (LiteLLM keeps a token store there), as the front door does."""
     return {"name": name, "image": image, "network_mode": "host",
             "command": ["python3", "-m", "uvicorn", "litellm.proxy.proxy_server:app", "--uds", SOCKET_MOUNT + "/" + SOCKET_NAME,
                         "--workers", "1", "--no-access-log"],
             "env": dict(ENV, CONFIG_FILE_PATH=CONFIG_MOUNT + "/config.yaml"),
             "volumes": ["%s:%s/config.yaml:ro" % (config_file, CONFIG_MOUNT), "%s:%s" % (socket_folder, SOCKET_MOUNT)],
+            "cap_drop": ["ALL"], "security_opts": ["no-new-privileges"], "read_only": True, "tmpfs": ["/tmp"],
             "restart_policy": "unless-stopped", "labels": dict(labels)}

@@ -210,6 +210,8 @@ def test_the_gateway_serves_every_route_on_the_clusters_port_and_holds_the_keys_
     # LiteLLM listens on no port: a Unix socket in a root-only folder, which its front door alone mounts
     assert spec["command"][spec["command"].index("--uds") + 1] == "/run/dgx-spark-gateway/gateway.sock" and "--port" not in spec["command"]
     assert spec["env"]["LITELLM_OFFLINE_MODE"] == "true"  # it fetches its cost map from the internet otherwise
+    # as the door: no capability, none to gain, a read-only file system but its /tmp (LiteLLM's token store)
+    assert (spec["cap_drop"], spec["security_opts"], spec["read_only"], spec["tmpfs"]) == (["ALL"], ["no-new-privileges"], True, ["/tmp"])
     assert spec["env"]["CONFIG_FILE_PATH"] == "/etc/litellm/config.yaml"
     assert spec["volumes"] == ["/var/lib/dgx-spark-vllm/dgx-spark/gateway/config.yaml:/etc/litellm/config.yaml:ro",
                                "/var/lib/dgx-spark-vllm/dgx-spark/gateway/socket:/run/dgx-spark-gateway"]
