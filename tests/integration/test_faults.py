@@ -68,9 +68,9 @@ def supervisor(node, state=None, seconds=60):
     while True:
         status = json.loads(node_docker_exec(node, ["cat", "/var/lib/dgx-spark-vllm/dgx-spark/boot/status/status.json"]))
         if state is None or status.get("state") == state or time.monotonic() > deadline:
-            if state is not None and status.get("state") != state:  # what systemd says of the unit, with its last lines
-                unit = docker.from_env().containers.get(node).exec_run(
-                    ["sh", "-c", "systemctl status 'dgx-spark-vllm-serve-*' --no-pager -n 30; date +%s"]).output.decode(errors="replace")
+            if state is not None and status.get("state") != state:  # what systemd says of the unit (or ps of the process)
+                shown = "systemctl status 'dgx-spark-vllm-serve-*' --no-pager -n 30 2>/dev/null || ps -o pid,etime,args -C python3; date +%s"
+                unit = docker.from_env().containers.get(node).exec_run(["sh", "-c", shown]).output.decode(errors="replace")
                 assert status.get("state") == state, (status, unit)
             return status
         time.sleep(1)
