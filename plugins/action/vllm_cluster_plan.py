@@ -197,6 +197,8 @@ class ActionModule(ControllerAction):
     def inputs(self, args, task_vars, profile):
         """The planner's inputs: the inventory, the whole cluster's profile and the settings."""
         groups, heads, order, nodes = inventory_nodes(task_vars, args)
+        settings = normalize_settings(args["settings"])
+        tls, tls_problem = tls_digest(settings)
         return {
             "groups": {g: list(groups.get(g) or []) for g in ("spark_cluster", args["head_group"], args["worker_group"])},
             "head_hosts": heads,
@@ -213,10 +215,11 @@ class ActionModule(ControllerAction):
             "weights_bytes": args["weights_bytes"],
             "image_info": None,
             # A new API key restarts vLLM (it reads the key at launch); the plan holds a digest of it, never the key.
-            "api_key_digest": key_digest(normalize_settings(args["settings"])["api_key_file"]),
+            "api_key_digest": key_digest(settings["api_key_file"]),
             # A new Ray token restarts Ray on every node (each reads it when it starts).
-            "ray_token_digest": key_digest(normalize_settings(args["settings"])["ray_token_file"]),
-            **dict(zip(("tls_digest", "tls_problem"), tls_digest(normalize_settings(args["settings"])))),
+            "ray_token_digest": key_digest(settings["ray_token_file"]),
+            "tls_digest": tls,
+            "tls_problem": tls_problem,
         }
 
     def answer(self, result, args, plan, text):

@@ -70,7 +70,7 @@ def supervisor(node, state=None, seconds=60):
         if state is None or status.get("state") == state or time.monotonic() > deadline:
             if state is not None and status.get("state") != state:  # what systemd says of the unit (or ps of the process)
                 shown = "systemctl status 'dgx-spark-vllm-serve-*' --no-pager -n 30 2>/dev/null || ps -o pid,etime,args -C python3; date +%s"
-                unit = docker.from_env().containers.get(node).exec_run(["sh", "-c", shown]).output.decode(errors="replace")
+                unit = node_docker_exec(node, ["sh", "-c", shown])
                 assert status.get("state") == state, (status, unit)
             return status
         time.sleep(1)
@@ -321,7 +321,8 @@ def test_ray_refuses_a_client_without_its_token_even_on_the_nodes_loopback(clien
     assert node_docker_exec("sim-head", ["stat", "-c", "%a %U", token]) == "600 root"
     volumes = {token: {"bind": "/run/token", "mode": "ro"}}
     tried, metrics = 0, []
-    for node, name, fabric in (("sim-head", HEAD_RAY, "10.210.0.10"), ("sim-worker1", WORKER_RAY, "10.210.0.11")):
+    for node, name in (("sim-head", HEAD_RAY), ("sim-worker1", WORKER_RAY)):
+        fabric = NODE_ADDRESSES[node][1]
         rows = json.loads(node_docker(node).containers.get(name).exec_run(["python3", "-c", LISTENERS]).output.decode())
         services = [r for r in rows if RAY_SERVICES.match(r[2]) or "/site-packages/ray/" in r[3] or "ray.util.client" in r[3]]
         targets = sorted({("127.0.0.1" if a in ("0.0.0.0", "::") else a, p) for a, p, dummy, dummy in services})
