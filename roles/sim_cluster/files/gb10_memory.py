@@ -111,14 +111,16 @@ def container_of(pid):
 
 class Deaths(threading.Thread):
     """How the node's containers ended, from its Docker daemon's events ("die" carries the exit code, "oom" the OOM
-    killer). Read as they happen, since teardown removes a container right after it stops."""
+    killer). Read as they happen, since teardown removes a container right after it stops. A container that starts
+    again (its restart policy, a power cycle, ``docker start``) has not ended yet: its "start" forgets how it last
+    ended, or a rank of its new run that dies later would be judged by the earlier death's code."""
 
     def __init__(self, sock="/var/run/docker.sock"):
         super().__init__(daemon=True)
         self.sock, self.codes, self.oom = sock, {}, set()
 
     def run(self):
-        query = urllib.parse.quote(json.dumps({"type": ["container"], "event": ["die", "oom"]}))
+        query = urllib.parse.quote(json.dumps({"type": ["container"], "event": ["start", "die", "oom"]}))
         while True:
             client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -147,7 +149,10 @@ class Deaths(threading.Thread):
         except ValueError:
             return
         actor = event.get("Actor") or {}
-        if event.get("Action") == "oom":
+        if event.get("Action") == "start":
+            self.oom.discard(actor.get("ID"))
+            self.codes.pop(actor.get("ID"), None)
+        elif event.get("Action") == "oom":
             self.oom.add(actor.get("ID"))
         elif event.get("Action") == "die":
             self.codes[actor.get("ID")] = int((actor.get("Attributes") or {}).get("exitCode") or 0)

@@ -6,6 +6,7 @@ drop frees, a node that starts with less.
 """
 
 import importlib.util
+import json
 import os
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory as um
@@ -65,3 +66,21 @@ def test_a_node_that_starts_with_less_holds_it_in_a_process():
     assert idle["mem_available_bytes"] - other["mem_available_bytes"] == 9 * GIB
     assert other["anon_bytes"] - idle["anon_bytes"] == 9 * GIB
     assert other["unaccounted_bytes"] == idle["unaccounted_bytes"]
+
+
+def event(action, container, code=None):
+    attributes = {"exitCode": str(code)} if code is not None else {}
+    return json.dumps({"Type": "container", "Action": action, "Actor": {"ID": container, "Attributes": attributes}}).encode()
+
+
+def test_a_container_that_starts_again_is_judged_by_its_next_death_not_its_last():
+    deaths = gb10.Deaths()
+    for line in (event("die", "ray", 137), event("oom", "ray")):  # a power cycle killed it
+        deaths.note(line)
+    assert deaths.killed_hard("ray") is True
+    deaths.note(event("start", "ray"))  # its restart policy started it again on the next boot
+    assert deaths.killed_hard("ray") is None
+    deaths.note(event("die", "ray", 0))  # then it stopped cleanly: its ranks' memory is freed, not pinned
+    assert deaths.killed_hard("ray") is False
+    deaths.note(b"1a2")  # a chunk size between events is not an event
+    assert deaths.killed_hard("ray") is False
