@@ -26,8 +26,8 @@ description:
     (module_utils/node/kept_image.py), that is the verified image kept under the record's C(kept_image) tag, this cluster's
     kept tags the record no longer lists let go of, and on the head the record (O(record_path)) and the canary's
     references (O(references_path)) written where they differ.
-  - On a node without systemd (the simulated cluster), the unit's command is started detached instead, and its
-    C(multi-user.target.wants) link is what the node's init reads at boot.
+  - On a host without systemd, the unit's command is started detached instead. No node the collection serves on is
+    one (DGX OS and the simulated nodes run systemd); the unit tests use that path on a controller without it.
 author:
   - dgx_spark.vllm developers (@dgx-spark)
 extends_documentation_fragment:

@@ -444,13 +444,30 @@ RUN_OR_LOAD = (".py", ".nft", ".conf", ".sh", "apply", "vllm-serve")
 SENTINEL = "/root/dgx-spark-sentinel"  # a file of the node's: no container has it
 
 
+def boot_order(node):
+    """The order in which the node's systemd, at its last boot, made the collection's firewall unit active, started
+    docker.service and started the supervisor (each unit's own timestamps, as `systemctl show` gives them)."""
+    units = {"firewall": "dgx-spark-vllm-firewall-dgx-spark.service", "docker": "docker.service",
+             "supervisor": "dgx-spark-vllm-serve-dgx-spark.service"}
+    shown = node_docker_exec(node, ["systemctl", "show", "--property", "Id,ActiveEnterTimestampMonotonic,ExecMainStartTimestampMonotonic"]
+                             + list(units.values()))
+    stamps = {}
+    for block in shown.strip().split("\n\n"):
+        fields = dict(line.split("=", 1) for line in block.splitlines())
+        # the firewall is done once active (a oneshot); Docker and the supervisor count from the start of their command
+        stamp = "ActiveEnterTimestampMonotonic" if "firewall" in fields["Id"] else "ExecMainStartTimestampMonotonic"
+        stamps[fields["Id"]] = int(fields[stamp])
+    assert all(stamps.values()), shown  # 0: the unit did not run at this boot
+    return sorted(units, key=lambda kind: stamps[units[kind]])
+
+
 def test_what_a_container_plants_in_its_folders_is_never_followed_or_run_by_root(client):
     """As the model's code could, as root in the serving containers: in every folder a container writes (the head's
     cache, door, logs and run; the worker's cache), a link to a file of the node's, named as each file root writes in
     the state folder, and a script named as each one it loads or runs, beside the containers' own files. Then serve.yml,
-    status.yml, recover.yml and a power cycle of the head (its supervisor starts Ray and vLLM again, with no Ansible),
-    and serve.yml once more: the node's file is unchanged and never shown, nothing planted ran, every link is still a
-    link to it. The planted names are taken away at the end."""
+    status.yml, recover.yml and a power cycle of the head (its systemd loads the firewall, then Docker, then the
+    supervisor starts Ray and vLLM again, with no Ansible), and serve.yml once more: the node's file is unchanged and
+    never shown, nothing planted ran, every link is still a link to it. The planted names are taken away at the end."""
     names = sorted(set(node_docker_exec("sim-head", ["sh", "-c", ROOTS_NAMES]).split()))
     assert {"boot/plan.json", "config/firewall.nft", "container/bin/vllm-serve", "secrets/vllm_api_key"} <= set(names), names
     runs = sorted({os.path.basename(n) for n in names if n.endswith(RUN_OR_LOAD) or n.startswith("boot/lib/")})
@@ -481,6 +498,7 @@ def test_what_a_container_plants_in_its_folders_is_never_followed_or_run_by_root
         since = time.time()
         sim("faults-sim-reboot-planted", None, "-e", "sim_reboot=sim-head")
         assert supervisor_did("sim-head", "completion passed", 300, since), supervisor("sim-head")
+        assert boot_order("sim-head") == ["firewall", "docker", "supervisor"], boot_order("sim-head")
         assert answered_again(120)
         rc, out = playbook("serve", log="faults-serve-after-planted-reboot", check=True)
         shown.append(out)

@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The simulated node's `netplan apply` (the sim inventory's fabric_netplan_apply_command).
 
-A Spark applies netplan through systemd-networkd, which a simulated node does not run (it has no systemd). This reads
+A Spark applies netplan through systemd-networkd, which a simulated node does not run (its systemd leaves the
+interfaces to Docker, which made them). This reads
 the node's configuration with netplan's own parser (`netplan get`, every file of /etc/netplan merged, as `netplan
 apply` reads it) and does what networkd does for an ethernet: its MTU, exactly its addresses, link up. An interface
 that is not there yet (a cable not plugged) is skipped, as networkd waits for it. Interfaces no file names are left

@@ -210,8 +210,8 @@ def bind_drop_caches(p, container_pid):
 
 
 def booted(p, container_pid):
-    """True once the node's init has started what systemd starts before Docker (node_init.sh writes the start time of
-    the init it ran as, which tells this boot's mark from the last one's)."""
+    """True once the node's systemd has started what it orders before Docker: its stand-in docker.service
+    (node_docker_ready.sh) writes the start time of the node's init, which tells this boot's mark from the last one's."""
     try:
         with open("/proc/%d/stat" % container_pid, encoding="utf-8") as handle:
             started = handle.read().rsplit(")", 1)[1].split()[19]
