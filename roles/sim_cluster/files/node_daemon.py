@@ -20,7 +20,11 @@ disk_full trap's does) with a /proc of the node's PID namespace, where the node'
 
 A container it starts with --network host --ipc host sees exactly the node's interfaces, addresses, name and shared
 memory, and no other node's. Its processes are the node's: `ps` on the node lists them, as on a Spark, and when the
-node stops (its init ends) the kernel ends every one of them, the daemon too: a power cut.
+node stops (its init ends) the kernel ends every one of them, the daemon too: a power cut. The daemon is started in the
+background of a shell that then ends, so the node's init (systemd) becomes its parent and reaps it, as on a Spark: a
+parent outside the node (nsenter, which waits for its child) would be stopped with it by systemd's shutdown (which stops
+every process of the node first, `kill(-1, SIGSTOP)`) and never continued, and a node whose daemon nobody reaps never
+ends (`docker stop` then hangs: "did not receive an exit event").
 The node's /proc/sys/vm/drop_caches is bound to <root>/nodes/<node>/run/drop_caches, which the node's GB10 memory
 stand-in (gb10_memory.py) reads, so `echo 3 > /proc/sys/vm/drop_caches` on the node drops its simulated page cache.
 `--gpus all` needs nvidia-container-runtime-hook on dockerd's PATH; the stand-in in <root>/bin does nothing (the
@@ -282,7 +286,7 @@ def start(p, node, container_pid, addresses):
     libs = system_libraries(p, container_pid)
     script = ('%s mount --bind "$4" /dev/shm && mount -t proc proc /proc && mount -t tmpfs tmpfs /run/containerd '
               '&& mount --bind "$1" %s && mount --bind "$2" /dev/infiniband && mount --bind "$3" /etc/hosts && shift 4 '
-              '&& exec "$@"' % (libs, SPARK_STATE))
+              '&& { "$@" & }' % (libs, SPARK_STATE))
     argv = ["nsenter", "--net=/proc/%d/ns/net" % container_pid, "--uts=/proc/%d/ns/uts" % container_pid,
             "--ipc=/proc/%d/ns/ipc" % container_pid, "--pid=/proc/%d/ns/pid" % container_pid, "--",
             "unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script, "sh", p["var"], p["dev"], p["hosts"],
