@@ -292,6 +292,8 @@ def remove_firewall(module, runner, present, nft):
             module.fail_json(msg="%s: nft delete table inet %s failed: %s" % (module.params["node"], present["table"], (err or out).strip()))
     for path in present["files"]:
         os.remove(path)
+    if present["files"] and os.path.isdir("/run/systemd/system"):  # systemd forgets the unit now, not at the next boot
+        runner(["systemctl", "daemon-reload"])
     return ([present["table"]] if present["table"] else []) + present["files"]
 
 

@@ -600,6 +600,11 @@ def test_a_flushed_firewall_is_named_refuses_every_start_and_the_next_serve_load
     assert rc != 0 and "NOT OK: firewall table missing" in flat and "NOT healthy: run playbooks/serve.yml to restore service (sim-head)" in flat, flat[-3000:]
     refused = supervisor("sim-head", "refused", seconds=30)
     assert "the firewall table dgx_spark_vllm_dgx_spark is not loaded" in refused["detail"], refused
+    # what an operator's Prometheus shows meanwhile: the head's supervisor stopped, firing once alert_for has passed
+    deadline = time.monotonic() + 60
+    while alert_state("SparkSupervisorStopped") != {"firing"} and time.monotonic() < deadline:
+        time.sleep(2)
+    assert alert_state("SparkSupervisorStopped") == {"firing"}, prometheus("/api/v1/alerts")
     rc, out = playbook("serve", log="faults-firewall-serve")
     assert rc == 0 and "sim-head: load the firewall table again (missing)" in " ".join(out.split()), out[-3000:]
     changed = {h: r["changed"] for h, r in recap(out).items()}

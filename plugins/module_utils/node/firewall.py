@@ -1,9 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) dgx_spark.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The plan's firewall applied on a node (module_utils/plan/firewall.py says why a firewall and what it holds): its
-ruleset and boot unit written where they differ, the unit enabled at boot (the link ``systemctl enable`` makes), and
-the table loaded when any of it changed. node_teardown takes it back. ``run(argv)`` returns (rc, stdout, stderr)."""
+"""The plan's firewall applied on a node (module_utils/plan/firewall.py says why a firewall and what it holds): a new
+ruleset checked by nft first (``nft -c``: a ruleset nft would refuse never replaces the one that loads at boot), its
+ruleset and boot unit written where they differ, the unit enabled at boot (the link ``systemctl enable`` makes) and
+systemd told (``daemon-reload``, where systemd runs), and the table loaded when any of it changed. node_teardown takes
+it back. ``run(argv)`` returns (rc, stdout, stderr)."""
 
 from __future__ import annotations
 
@@ -14,16 +16,32 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.firewall_state import NFT
 
 
-def apply(planned, run, check=False, reload=False):
+def checked(rules, run):
+    """None when nft accepts the ruleset ``rules`` (its planned file) as it would load it, else nft's refusal. The
+    text is checked from a file of its own beside the ruleset (root's folder), removed after."""
+    trial = rules["path"] + ".check"
+    supervisor.write_text(trial, rules["content"], 0o600)
+    try:
+        rc, out, err = run([NFT, "-c", "-f", trial])
+    finally:
+        os.remove(trial)
+    return None if rc == 0 else "%s -c refused the planned ruleset (%s kept as it was): %s" % (NFT, rules["path"], (err or out).strip())
+
+
+def apply(planned, run, check=False, reload=False, systemd=None):
     """Apply the node's firewall ``planned`` (the plan's ``nodes.<host>.firewall``); ``reload``: load the table even
-    when no file changed. After a load, the table's listing is recorded (node/firewall_state.py). Returns (written
-    paths, whether the boot link was made, whether the table was loaded, an error message or None)."""
+    when no file changed. After a load, the table's listing is recorded (node/firewall_state.py). ``systemd``: whether
+    systemd runs here (read from /run/systemd/system when None). Returns (written paths, whether the boot link was made,
+    whether the table was loaded, an error message or None)."""
     rules, unit = planned["files"][0], planned["files"][1]
     stale = [f for f in planned["files"] if read_text(f["path"]) != f["content"]]
     relink = os.path.realpath(planned["wants"]) != os.path.realpath(unit["path"]) or not os.path.islink(planned["wants"])
     load = bool(stale) or relink or reload
     if check or not load:
         return [f["path"] for f in stale], relink, load, None
+    refused = checked(rules, run) if rules in stale else None
+    if refused:
+        return [], False, False, refused
     for entry in stale:
         supervisor.write_text(entry["path"], entry["content"], int(entry["mode"], 8))
     if relink:
@@ -31,6 +49,10 @@ def apply(planned, run, check=False, reload=False):
             os.remove(planned["wants"])
         os.makedirs(os.path.dirname(planned["wants"]), exist_ok=True)
         os.symlink(unit["path"], planned["wants"])
+    if (unit in stale or relink) and (os.path.isdir("/run/systemd/system") if systemd is None else systemd):
+        rc, out, err = run(["systemctl", "daemon-reload"])
+        if rc != 0:
+            return [f["path"] for f in stale], relink, False, "systemctl daemon-reload failed: %s" % (err or out).strip()
     rc, out, err = run([NFT, "-f", rules["path"]])
     if rc != 0:
         return [f["path"] for f in stale], relink, False, "%s -f %s failed: %s" % (NFT, rules["path"], (err or out).strip())

@@ -114,11 +114,12 @@ def scrape_config(config, cluster, targets, nodes):
 
 
 def rules(config, headroom_floor_bytes, unaccounted_limit_bytes):
-    """The alert rules: endpoint down, a node's figures missing, KV cache full, MemAvailable under the floor, pinned memory."""
+    """The alert rules: endpoint down, a node's figures missing, KV cache full, MemAvailable under the floor, pinned memory,
+    a supervisor that refused to start the model or gave up (it then starts nothing until a playbook or an operator acts)."""
     wait = config["alert_for"]
 
-    def rule(name, expr, summary, fix):
-        return {"alert": name, "expr": expr, "for": wait, "labels": {"severity": "critical" if "Down" in name else "warning"},
+    def rule(name, expr, summary, fix, severity=None):
+        return {"alert": name, "expr": expr, "for": wait, "labels": {"severity": severity or ("critical" if "Down" in name else "warning")},
                 "annotations": {"summary": summary, "description": fix}}
 
     return {"groups": [{"name": "dgx-spark-vllm", "rules": [
@@ -139,6 +140,10 @@ def rules(config, headroom_floor_bytes, unaccounted_limit_bytes):
              "Node {{ $labels.node }} has {{ $value | humanize1024 }}B used that nothing explains: memory pinned by a rank "
              "killed hard",
              "only a reboot frees it (fact 3); reboot the node, the supervisor brings the model back"),
+        rule("SparkSupervisorStopped", '%ssupervisor_state{state=~"refused|failed"} == 1' % PREFIX,
+             "The supervisor of node {{ $labels.node }} is {{ $labels.state }}: it will not bring the model back by itself",
+             "status.yml shows its reason (a missing firewall table, memory still pinned, a start that kept failing); "
+             "fix that, then run serve.yml or recover.yml", "critical"),
     ]}]}
 
 

@@ -15,13 +15,20 @@ def planned(tmp_path, addresses=("10.210.0.10", "10.210.0.11")):
 
 
 class Nft:
-    """nft as the node runs it: ``-f`` loads the table (the listing then says what was loaded), ``list table`` lists it."""
+    """nft as the node runs it: ``-c -f`` checks a file (``refuses``: what it refuses in one), ``-f`` loads the table (the
+    listing then says what was loaded), ``list table`` lists it; systemctl's calls are recorded too."""
 
-    def __init__(self, rc=0):
-        self.rc, self.calls, self.listing = rc, [], None
+    def __init__(self, rc=0, refuses=None):
+        self.rc, self.refuses, self.calls, self.listing, self.checked = rc, refuses, [], None, []
 
     def __call__(self, argv):
         self.calls.append(argv)
+        if argv[0] == "systemctl":
+            return 0, "", ""
+        if argv[1] == "-c":
+            text = open(argv[3]).read()
+            self.checked.append(text)
+            return (1, "", "Error: syntax error, unexpected %s" % self.refuses) if self.refuses and self.refuses in text else (0, "", "")
         if argv[1] == "list":
             return (0, self.listing, "") if self.listing is not None else (1, "", "Error: No such file or directory")
         if self.rc == 0:
@@ -37,7 +44,9 @@ def test_a_fresh_node_gets_the_files_the_link_and_the_table_loaded_once(tmp_path
     written, linked, loaded, problem = firewall.apply(plan, nft)
     assert problem is None and loaded and linked and written == [f["path"] for f in plan["files"]]
     assert os.readlink(plan["wants"]) == plan["files"][1]["path"]
-    assert nft.calls == [[planned_firewall.NFT, "-f", plan["files"][0]["path"]], firewall_state.list_argv("dgx_spark_vllm_lab")]
+    assert nft.calls == [[planned_firewall.NFT, "-c", "-f", plan["files"][0]["path"] + ".check"], [planned_firewall.NFT, "-f", plan["files"][0]["path"]],
+                         firewall_state.list_argv("dgx_spark_vllm_lab")]
+    assert nft.checked == [plan["files"][0]["content"]] and not os.path.exists(plan["files"][0]["path"] + ".check")
     assert open(plan["files"][0]["path"]).read() == plan["files"][0]["content"]
     assert firewall_state.state(nft, plan["table"], plan["record"]) == "loaded"  # the listing recorded
     assert firewall.apply(plan, nft) == ([], False, False, None) and len(nft.loads()) == 1  # nothing differs: not loaded again
@@ -56,6 +65,31 @@ def test_a_changed_address_list_is_written_and_loaded_and_check_mode_changes_not
 def test_a_ruleset_nft_refuses_is_named(tmp_path):
     written, linked, loaded, problem = firewall.apply(planned(tmp_path), Nft(rc=1))
     assert not loaded and problem.endswith("failed: Error: syntax error") and "firewall.nft" in problem
+
+
+def test_a_ruleset_nft_would_refuse_never_replaces_the_one_that_loads_at_boot(tmp_path):
+    nft = Nft()
+    first = planned(tmp_path)
+    firewall.apply(first, nft)
+    wider = planned(tmp_path, ("10.210.0.10", "10.210.0.11", "10.210.0.12"))
+    nft.refuses = "10.210.0.12"  # as if nft refused the new text
+    written, linked, loaded, problem = firewall.apply(wider, nft)
+    assert (written, linked, loaded) == ([], False, False), written
+    assert problem.startswith("%s -c refused the planned ruleset (%s kept as it was): Error: syntax error" % (planned_firewall.NFT, first["files"][0]["path"]))
+    assert open(first["files"][0]["path"]).read() == first["files"][0]["content"] and len(nft.loads()) == 1
+    assert not os.path.exists(first["files"][0]["path"] + ".check")
+
+
+def test_where_systemd_runs_it_is_told_of_a_new_or_enabled_unit_and_only_then(tmp_path):
+    plan, nft = planned(tmp_path), Nft()
+    firewall.apply(plan, nft, systemd=True)
+    assert nft.calls.count(["systemctl", "daemon-reload"]) == 1
+    wider = planned(tmp_path, ("10.210.0.10", "10.210.0.11", "10.210.0.12"))
+    firewall.apply(wider, nft, systemd=True)  # only the ruleset changed: the unit systemd knows is the same
+    assert nft.calls.count(["systemctl", "daemon-reload"]) == 1
+    os.remove(wider["wants"])  # disabled by hand
+    firewall.apply(wider, nft, systemd=True)
+    assert nft.calls.count(["systemctl", "daemon-reload"]) == 2
 
 
 def test_a_table_flushed_or_changed_under_the_cluster_is_seen_and_loaded_again(tmp_path):

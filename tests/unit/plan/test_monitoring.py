@@ -59,13 +59,17 @@ def test_the_rules_name_the_plans_floor_and_limit_and_fire_after_alert_for(tmp_p
     whole = plan_with(tmp_path, alert_for="2m", kv_cache_full=0.9)
     plan = only(whole)
     rules = {r["alert"]: r for r in whole["monitoring"]["files"]["rules.yml"]["groups"][0]["rules"]}
-    assert set(rules) == {"VllmEndpointDown", "SparkNodeMetricsDown", "VllmKvCacheFull", "SparkMemAvailableLow", "SparkPinnedMemory"}
+    assert set(rules) == {"VllmEndpointDown", "SparkNodeMetricsDown", "VllmKvCacheFull", "SparkMemAvailableLow", "SparkPinnedMemory",
+                          "SparkSupervisorStopped"}
     assert {r["for"] for r in rules.values()} == {"2m"}
     assert rules["VllmEndpointDown"]["expr"] == 'up{job="vllm"} == 0'
     assert rules["VllmKvCacheFull"]["expr"] == "vllm:kv_cache_usage_perc >= 0.9"
     floor = plan["cluster"]["memory"]["headroom_floor_bytes"]
     assert floor > 0 and rules["SparkMemAvailableLow"]["expr"] == "dgx_spark_memory_available_bytes < %d" % floor
     assert rules["SparkPinnedMemory"]["expr"] == "dgx_spark_memory_unaccounted_bytes >= %d" % (8 * GIB)
+    # the supervisor's own states, as its figures name them (module_utils/node/metrics.py), those it stops in
+    stopped = rules["SparkSupervisorStopped"]
+    assert stopped["expr"] == 'dgx_spark_supervisor_state{state=~"refused|failed"} == 1' and stopped["labels"]["severity"] == "critical"
 
 
 def test_a_changed_setting_moves_the_containers_hash(tmp_path):
