@@ -189,6 +189,12 @@ def test_plan_serve_status_upgrade_recover_teardown_as_awx_jobs(base):
     lines = task_result(events, "Show what runs where")["msg"]
     assert any("sim-tiny" in line for line in lines), lines
     assert any(line.startswith("Bench, last run of sim_tiny: %s, 1 point(s)" % taken[1]) for line in lines), lines
+    # The logs job, as the operator's next look: each rank's last lines, read on its node, with the answer's request.
+    result, events, log = awx_job(base, "logs", "playbooks/logs.yml", launch("playbooks/logs.yml", extra={"logs_lines": 200}))
+    assert_successful(result, events, log)
+    shown = job_output(events)
+    assert "sim-head: docker logs dgx-spark-ray-sim-head" in shown and "sim-worker1: docker logs dgx-spark-ray-sim-worker1" in shown, log
+    assert "POST /v1/chat/completions HTTP/1.1" in shown, log
     # The next serve job writes the head's record and the canary's references again from the copies (the commit step:
     # the head has none); bench's record comes back with the next bench.
     result, events, log = awx_job(base, "serve-again", "playbooks/serve.yml", launch("playbooks/serve.yml", SURVEY))

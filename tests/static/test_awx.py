@@ -61,8 +61,8 @@ def shipped_profiles():
 
 def test_a_template_for_each_playbook_an_operator_runs():
     by_playbook = {t["playbook"]: t for t in templates()}
-    assert sorted(by_playbook) == ["playbooks/bench.yml", "playbooks/plan.yml", "playbooks/recover.yml", "playbooks/serve.yml", "playbooks/status.yml",
-                                   "playbooks/teardown.yml", "playbooks/upgrade.yml"]
+    assert sorted(by_playbook) == ["playbooks/bench.yml", "playbooks/logs.yml", "playbooks/plan.yml", "playbooks/recover.yml", "playbooks/serve.yml",
+                                   "playbooks/status.yml", "playbooks/teardown.yml", "playbooks/upgrade.yml"]
     for playbook in by_playbook:
         assert os.path.exists(os.path.join(ROOT, playbook))
     for playbook in ("playbooks/plan.yml", "playbooks/serve.yml"):
