@@ -31,7 +31,9 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels 
 GIB = 1024 ** 3
 DEFAULTS = {
     "enabled": False,
-    "image": "prom/prometheus:v2.53.4",   # any Prometheus 2.x image whose entrypoint is prometheus
+    # Prometheus 3.13, a long-term support release (supported until July 2027); the flags and files are those of
+    # 2.x and 3.x alike. The simulated cluster runs Debian's 2.42 (docs/simulated-cluster.md lists the gap).
+    "image": "prom/prometheus:v3.13.2",
     "listen": "127.0.0.1:9090",
     "node_port": 9101,                    # each node's supervisor serves the node's figures here, on the fabric
     "scrape_interval": "15s",
