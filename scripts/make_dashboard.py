@@ -3,20 +3,29 @@
 """Build the Grafana dashboard from the panels module_utils/plan/monitoring.py names, with Grafana's own typed SDK
 (grafana-foundation-sdk, in requirements-dev.txt), so the JSON that ships is a dashboard Grafana's schema accepts.
 
+It imports into any Grafana as vLLM's own dashboards do: a datasource input (``__inputs``: DS_PROMETHEUS, which
+Grafana's import asks for) that the ``datasource`` variable starts from, every panel and variable reading
+``${datasource}``; variables for the cluster, the model and the node (monitoring.DASHBOARD_VARIABLES), and
+$__rate_interval in every rate. The provisioned copy (files/grafana/provisioning) picks the datasource by type.
+
 Usage: scripts/make_dashboard.py [OUT]   (default roles/monitoring/files/grafana/dashboards/dgx-spark-vllm.json;
 tests/static/test_dashboard.py fails when the shipped file is not what this builds)
 """
 
+import json
 import os
 import sys
 
 from grafana_foundation_sdk.builders import dashboard, prometheus, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.dashboard import DataSourceRef
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableOption, VariableRefresh, VariableSort
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "roles", "monitoring", "files", "grafana", "dashboards", "dgx-spark-vllm.json")
-DATASOURCE_UID = "dgx-spark-prometheus"  # the provisioned datasource's uid (files/grafana/provisioning)
+INPUT = "DS_PROMETHEUS"  # the datasource input Grafana's import asks for
+# What Grafana's import asks, as vLLM's exported dashboards declare it
+INPUTS = [{"name": INPUT, "label": "Prometheus", "description": "The Prometheus that scrapes the cluster (its own on the head, or a central one)",
+           "type": "datasource", "pluginId": "prometheus", "pluginName": "Prometheus"}]
 
 
 def monitoring_module():
@@ -26,17 +35,28 @@ def monitoring_module():
 
 
 def build():
-    panels = monitoring_module().PANELS
-    source = DataSourceRef(type_val="prometheus", uid=DATASOURCE_UID)
+    monitoring = monitoring_module()
+    source = DataSourceRef(type_val="prometheus", uid="${datasource}")
     board = (dashboard.Dashboard("DGX Spark vLLM").uid("dgx-spark-vllm").tags(["dgx-spark", "vllm"])
              .description("dgx_spark.vllm: the endpoint's throughput, latency, KV cache and queue, and each node's unified memory")
-             .refresh("30s").time("now-1h", "now"))
-    for title, unit, queries in panels:
+             .refresh("30s").time("now-1h", "now")
+             .with_variable(dashboard.DatasourceVariable("datasource").label("Datasource").type("prometheus")
+                            .current(VariableOption(text=INPUT, value="${%s}" % INPUT))))
+    for name, label, query in monitoring.DASHBOARD_VARIABLES:
+        board = board.with_variable(dashboard.QueryVariable(name).label(label).query(query).datasource(source)
+                                    .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
+                                    .multi(True).include_all(True).all_value(".*")
+                                    .current(VariableOption(text="All", value="$__all")))
+    for title, unit, queries in monitoring.PANELS:
         panel = timeseries.Panel().title(title).unit(unit).datasource(source).height(8).span(12)
         for index, (expr, legend) in enumerate(queries):
             panel = panel.with_target(prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(chr(ord("A") + index)))
         board = board.with_panel(panel)
-    return JSONEncoder(sort_keys=True, indent=2).encode(board.build()) + "\n"
+    built = json.loads(JSONEncoder().encode(board.build()))
+    built["__inputs"] = INPUTS
+    for variable in built["templating"]["list"]:
+        variable.pop("id", None)  # the SDK gives every variable the same zero id; Grafana names them by name
+    return json.dumps(built, sort_keys=True, indent=2) + "\n"
 
 
 def main(argv):

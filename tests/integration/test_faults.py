@@ -660,8 +660,13 @@ def test_prometheus_scrapes_vllm_and_every_node_and_every_panel_query_evaluates(
     assert all(r["health"] == "ok" and r["state"] == "inactive" for r in rules.values()), rules
     for title, unit, queries in monitoring.PANELS:
         for expr, legend in queries:
-            prometheus("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))  # a query Prometheus refuses fails here
-    expr = monitoring.PANELS[0][2][0][0]  # a rate: it needs two scrapes (5 s apart here) that saw tokens come
+            prometheus("/api/v1/query?" + urllib.parse.urlencode({"query": monitoring.as_evaluated(expr)}))  # a query Prometheus refuses fails here
+    # what the dashboard's variables list (Grafana's label_values asks these)
+    assert prometheus("/api/v1/label/cluster/values") == ["dgx-spark"]
+    assert prometheus("/api/v1/label/node/values") == ["sim-head", "sim-worker1"]
+    assert prometheus("/api/v1/label/model_name/values"), "no model_name label on vLLM's series"
+    # a rate: it needs two scrapes (5 s apart here) that saw tokens come; as Grafana asks it for this cluster's model
+    expr = monitoring.as_evaluated(monitoring.PANELS[0][2][0][0], cluster="dgx-spark", model=".+")
     deadline, drawn = time.monotonic() + 60, time.monotonic() + 25  # 25 s of completions: five points to draw
     while time.monotonic() < deadline and (time.monotonic() < drawn or not query(expr + " > 0")):
         assert chat() == 200

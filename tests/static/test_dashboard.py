@@ -1,9 +1,11 @@
-"""The Grafana dashboard that ships is what Grafana's typed SDK builds from monitoring.PANELS, and names the
-provisioned datasource."""
+"""The Grafana dashboard that ships is what Grafana's typed SDK builds from monitoring.PANELS, and imports into a
+Grafana that is not ours: a datasource input, every panel's datasource a variable, every variable its queries use
+declared, $__rate_interval in every rate."""
 
 import importlib.util
 import json
 import os
+import re
 
 import yaml
 
@@ -25,17 +27,49 @@ def test_the_shipped_dashboard_is_what_the_sdk_builds_from_the_panels():
         shipped = handle.read()
     assert shipped == load_script().build(), "run scripts/make_dashboard.py and commit the dashboard"
     board = json.loads(shipped)
-    queries = [[t["expr"] for t in p["targets"]] for p in board["panels"]]
+    queries = [[t["expr"] for t in p["targets"]] for p in board["panels"]]  # the panels' queries, as the plan names them
     assert queries == [[q for q, dummy in panel[2]] for panel in monitoring.PANELS]
     titles = " ".join(p["title"] for p in board["panels"])
     for wanted in ("tokens/s", "Time to first token", "Inter-token", "KV cache", "queued", "memory"):
         assert wanted in titles
 
 
-def test_every_panel_reads_the_provisioned_datasource():
-    with open(os.path.join(GRAFANA, "provisioning", "datasources", "dgx-spark-vllm.yml"), encoding="utf-8") as handle:
-        provisioned = yaml.safe_load(handle)["datasources"][0]
+def test_it_imports_into_any_grafana_with_a_datasource_input_and_variables():
     with open(os.path.join(GRAFANA, "dashboards", "dgx-spark-vllm.json"), encoding="utf-8") as handle:
         board = json.load(handle)
-    assert {p["datasource"]["uid"] for p in board["panels"]} == {provisioned["uid"]}
+    # Grafana's import asks for each __inputs entry, then puts the answer where ${DS_PROMETHEUS} stands
+    assert [(i["name"], i["type"], i["pluginId"]) for i in board["__inputs"]] == [("DS_PROMETHEUS", "datasource", "prometheus")]
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert variables["datasource"]["current"]["value"] == "${DS_PROMETHEUS}"
+    assert set(variables) == {"datasource", "cluster", "model", "node"}
+    for name in ("cluster", "model", "node"):
+        assert variables[name]["type"] == "query" and variables[name]["datasource"]["uid"] == "${datasource}", name
+        assert variables[name]["includeAll"] and variables[name]["allValue"] == ".*", name
+    # no uid of ours anywhere: every panel reads the datasource variable
+    assert {json.dumps(p["datasource"], sort_keys=True) for p in board["panels"]} == {'{"type": "prometheus", "uid": "${datasource}"}'}
+    assert "dgx-spark-prometheus" not in json.dumps(board)
+    queries = [t["expr"] for p in board["panels"] for t in p["targets"]] + [v["query"] for v in variables.values() if v["type"] == "query"]
+    for query in queries:
+        used = set(re.findall(r"\$(\w+)", query)) - {"__rate_interval"}
+        assert used <= set(variables), (query, used)  # every variable a query uses is declared
+        assert re.findall(r"\[([^\]]+)\]", query) in ([], ["$__rate_interval"]), query  # no fixed window
+        assert "rate(" not in query or "[$__rate_interval]" in query, query
+    for panel in board["panels"]:  # each panel filters by the cluster and by the model or the node
+        for target in panel["targets"]:
+            assert 'cluster=~"$cluster"' in target["expr"], target["expr"]
+            assert 'model_name=~"$model"' in target["expr"] or 'node=~"$node"' in target["expr"] or 'job="vllm"' in target["expr"], target["expr"]
+
+
+def test_a_panels_query_as_grafana_sends_it_names_no_variable():
+    for dummy, dummy, queries in monitoring.PANELS:
+        for expr, dummy in queries:
+            sent = monitoring.as_evaluated(expr, node="spark1")
+            assert "$" not in sent and "[1m]" in sent or "rate(" not in sent, sent
+            assert 'node=~"$node"' not in expr or 'node=~"spark1"' in sent, sent
+
+
+def test_the_provisioned_datasource_is_a_prometheus():
+    with open(os.path.join(GRAFANA, "provisioning", "datasources", "dgx-spark-vllm.yml"), encoding="utf-8") as handle:
+        provisioned = yaml.safe_load(handle)["datasources"][0]
     assert provisioned["type"] == "prometheus"

@@ -99,7 +99,8 @@ def key_file(deployment):
 def scrape_config(config, cluster, targets, nodes):
     """Prometheus's configuration: every deployment's vLLM (its API server through its front door, with its key;
     ``targets``: [{address, deployment}]), every node's figures, the rules file. One job a deployment, as each has its
-    own key; each is labelled job="vllm" (the rules and the dashboard ask that) and with its deployment."""
+    own key; each is labelled job="vllm" (the rules and the dashboard ask that) and with its deployment. Every series
+    carries the cluster's name as a label (the dashboard's $cluster), and as an external label for a central one."""
     return {
         "global": {"scrape_interval": config["scrape_interval"], "evaluation_interval": config["scrape_interval"],
                    "external_labels": {"cluster": cluster}},
@@ -107,11 +108,12 @@ def scrape_config(config, cluster, targets, nodes):
         "scrape_configs": [
             {"job_name": "%s-%s" % (JOB_VLLM, t["deployment"]), "metrics_path": "/metrics",
              "authorization": {"type": "Bearer", "credentials_file": key_file(t["deployment"])},
-             "static_configs": [{"targets": [t["address"]], "labels": {"deployment": t["deployment"]}}],
+             "static_configs": [{"targets": [t["address"]], "labels": {"deployment": t["deployment"], "cluster": cluster}}],
              "relabel_configs": [{"target_label": "job", "replacement": JOB_VLLM}]} for t in targets
         ] + [
             {"job_name": JOB_NODES, "metrics_path": "/metrics",
-             "static_configs": [{"targets": ["%s:%d" % (ip, config["node_port"])], "labels": {"node": name}} for name, ip in nodes]},
+             "static_configs": [{"targets": ["%s:%d" % (ip, config["node_port"])], "labels": {"node": name, "cluster": cluster}}
+                                for name, ip in nodes]},
         ]}
 
 
@@ -191,22 +193,46 @@ def plan(config, cluster, folder, targets, nodes, floor, limit, labels):
 
 
 # The dashboard's panels as data: scripts/make_dashboard.py builds the Grafana dashboard from them (Grafana's typed
-# SDK), the integration test evaluates every query through the cluster's Prometheus. (title, unit, [(query, legend)]).
-PANELS = (
-    ("Output tokens/s", "short", [("sum(rate(vllm:generation_tokens_total[1m]))", "generated")]),
-    ("Prompt tokens/s", "short", [("sum(rate(vllm:prompt_tokens_total[1m]))", "prompt")]),
-    ("Time to first token", "s", [
-        ("histogram_quantile(%s, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))" % q, "p%s" % q[2:])
-        for q in ("0.50", "0.90", "0.99")]),
-    ("Inter-token latency", "s", [
-        ("histogram_quantile(%s, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket[1m])))" % q, "p%s" % q[2:])
-        for q in ("0.50", "0.90", "0.99")]),
-    ("KV cache usage", "percentunit", [("vllm:kv_cache_usage_perc", "{{instance}}")]),
-    ("Requests running and queued", "short", [("sum(vllm:num_requests_running)", "running"),
-                                              ("sum(vllm:num_requests_waiting)", "queued")]),
-    ("Requests finished/s", "reqps", [("sum by (finished_reason) (rate(vllm:request_success_total[1m]))", "{{finished_reason}}")]),
-    ("Endpoint and nodes up", "short", [('up{job="%s"}' % JOB_VLLM, "vLLM"), ('up{job="%s"}' % JOB_NODES, "{{node}}")]),
-    ("Node memory available", "bytes", [(PREFIX + "memory_available_bytes", "{{node}}")]),
-    ("Pinned memory (used, explained by nothing)", "bytes", [(PREFIX + "memory_unaccounted_bytes", "{{node}}")]),
-    ("Page cache", "bytes", [(PREFIX + "memory_page_cache_bytes", "{{node}}")]),
+# SDK), the integration test evaluates every query through the cluster's Prometheus (``as_evaluated``).
+# (title, unit, [(query, legend)]). The queries use the dashboard's variables: $cluster (every series carries its
+# cluster's name, a label the scrape configuration sets), $model (vLLM's model_name), $node (the node figures' node),
+# and Grafana's $__rate_interval for every rate, so a central Prometheus holding several clusters draws each apart.
+VLLM_SELECTOR = 'cluster=~"$cluster", model_name=~"$model"'
+NODE_SELECTOR = 'cluster=~"$cluster", node=~"$node"'
+DASHBOARD_VARIABLES = (  # (name, label, the query that lists its values: Prometheus's label_values)
+    ("cluster", "Cluster", 'label_values(up{job=~"%s|%s"}, cluster)' % (JOB_VLLM, JOB_NODES)),
+    ("model", "Model", 'label_values(vllm:num_requests_running{cluster=~"$cluster"}, model_name)'),
+    ("node", "Node", 'label_values(%smemory_total_bytes{cluster=~"$cluster"}, node)' % PREFIX),
 )
+
+
+def _quantiles(metric):
+    return [("histogram_quantile(%s, sum by (le) (rate(%s{%s}[$__rate_interval])))" % (q, metric, VLLM_SELECTOR), "p%s" % q[2:])
+            for q in ("0.50", "0.90", "0.99")]
+
+
+PANELS = (
+    ("Output tokens/s", "short", [("sum(rate(vllm:generation_tokens_total{%s}[$__rate_interval]))" % VLLM_SELECTOR, "generated")]),
+    ("Prompt tokens/s", "short", [("sum(rate(vllm:prompt_tokens_total{%s}[$__rate_interval]))" % VLLM_SELECTOR, "prompt")]),
+    ("Time to first token", "s", _quantiles("vllm:time_to_first_token_seconds_bucket")),
+    ("Inter-token latency", "s", _quantiles("vllm:inter_token_latency_seconds_bucket")),
+    ("KV cache usage", "percentunit", [("vllm:kv_cache_usage_perc{%s}" % VLLM_SELECTOR, "{{instance}}")]),
+    ("Requests running and queued", "short", [("sum(vllm:num_requests_running{%s})" % VLLM_SELECTOR, "running"),
+                                              ("sum(vllm:num_requests_waiting{%s})" % VLLM_SELECTOR, "queued")]),
+    ("Requests finished/s", "reqps", [("sum by (finished_reason) (rate(vllm:request_success_total{%s}[$__rate_interval]))" % VLLM_SELECTOR,
+                                       "{{finished_reason}}")]),
+    ("Endpoint and nodes up", "short", [('up{job="%s", cluster=~"$cluster"}' % JOB_VLLM, "vLLM"),
+                                        ('up{job="%s", %s}' % (JOB_NODES, NODE_SELECTOR), "{{node}}")]),
+    ("Node memory available", "bytes", [(PREFIX + "memory_available_bytes{%s}" % NODE_SELECTOR, "{{node}}")]),
+    ("Pinned memory (used, explained by nothing)", "bytes", [(PREFIX + "memory_unaccounted_bytes{%s}" % NODE_SELECTOR, "{{node}}")]),
+    ("Page cache", "bytes", [(PREFIX + "memory_page_cache_bytes{%s}" % NODE_SELECTOR, "{{node}}")]),
+)
+
+
+def as_evaluated(expr, rate_interval="1m", **values):
+    """A panel's query as Grafana sends it to Prometheus: its variables replaced (each unset one by ".*", the
+    dashboard's "All"), $__rate_interval by ``rate_interval``."""
+    expr = expr.replace("$__rate_interval", rate_interval)
+    for name, dummy, dummy in DASHBOARD_VARIABLES:
+        expr = expr.replace("$" + name, values.get(name, ".*"))
+    return expr

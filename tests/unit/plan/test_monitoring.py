@@ -35,13 +35,15 @@ def test_prometheus_scrapes_vllm_on_the_head_and_each_nodes_figures_on_the_fabri
     jobs = {job["job_name"]: job for job in watched["files"]["prometheus.yml"]["scrape_configs"]}
     # vLLM's /metrics through its front door, with the deployment's key from Prometheus's own file; labelled job="vllm"
     name = plan["cluster"]["name"]
-    assert jobs["vllm-" + name]["static_configs"] == [{"targets": [plan["cluster"]["endpoint"]["local_address"]], "labels": {"deployment": name}}]
+    cluster = watched["files"]["prometheus.yml"]["global"]["external_labels"]["cluster"]  # every series carries it (the dashboard's $cluster)
+    assert jobs["vllm-" + name]["static_configs"] == [{"targets": [plan["cluster"]["endpoint"]["local_address"]],
+                                                       "labels": {"deployment": name, "cluster": cluster}}]
     assert jobs["vllm-" + name]["authorization"] == {"type": "Bearer", "credentials_file": "/etc/prometheus/keys/" + name}
     assert jobs["vllm-" + name]["relabel_configs"] == [{"target_label": "job", "replacement": "vllm"}]
     assert watched["keys"] == [{"path": "/var/lib/dgx-spark-vllm/dgx-spark/monitoring/config/keys/" + name, "owner": "65534", "mode": "0400",
                                 "key_file": plan["cluster"]["endpoint"]["api_key_file"]}]
-    assert [(c["targets"], c["labels"]["node"]) for c in jobs["spark-nodes"]["static_configs"]] == [
-        (["192.168.100.10:9101"], "spark1"), (["192.168.100.11:9101"], "spark2")]
+    assert [(c["targets"], c["labels"]) for c in jobs["spark-nodes"]["static_configs"]] == [
+        (["192.168.100.10:9101"], {"node": "spark1", "cluster": cluster}), (["192.168.100.11:9101"], {"node": "spark2", "cluster": cluster})]
     assert watched["jobs"] == {"vllm": 1, "spark-nodes": 2}
     # Prometheus listens on the head's loopback only unless the inventory says otherwise
     assert "--web.listen-address=127.0.0.1:9090" in watched["container"]["command"]
