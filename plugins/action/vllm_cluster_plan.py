@@ -218,6 +218,8 @@ class ActionModule(ControllerAction):
             "api_key_digest": key_digest(settings["api_key_file"]),
             # A new Ray token restarts Ray on every node (each reads it when it starts).
             "ray_token_digest": key_digest(settings["ray_token_file"]),
+            # A new token for the central Prometheus is written to the head (Prometheus reads it at every send).
+            "remote_write_token_digest": key_digest((settings.get("monitoring") or {}).get("remote_write_token_file")),
             "tls_digest": tls,
             "tls_problem": tls_problem,
         }

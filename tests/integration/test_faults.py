@@ -617,6 +617,53 @@ def test_a_flushed_firewall_is_named_refuses_every_start_and_the_next_serve_load
     assert rc == 0 and "NOT OK" not in flat and not re.search(r"firewall table (missing|changed|unrecorded)", flat), flat[-3000:]
 
 
+CENTRAL = "10.209.0.1:19090"  # this machine on the management network: no node of the cluster
+
+
+def test_a_central_prometheus_gets_every_series_of_the_cluster_by_remote_write(client, tmp_path):
+    """An organisation's own Prometheus on the management network (a Prometheus on this machine, no node, with its
+    remote-write receiver on): serve.yml with its URL and a token file; the head's Prometheus is recreated, nothing
+    else; the central one then holds the cluster's series, each labelled with the cluster's name, and the token is on
+    the head for Prometheus alone. The next serve.yml without them takes it back."""
+    central = client.containers.run(
+        "dgx-spark-sim/prometheus:sim", ["--config.file=/etc/prometheus/prometheus.yml", "--web.listen-address=" + CENTRAL,
+                                         "--web.enable-remote-write-receiver", "--storage.tsdb.path=/prometheus"],
+        name="dgx-spark-test-central-prometheus", network_mode="host", detach=True, remove=True)
+    token = tmp_path / "central.token"
+    token.write_text("central-%d\n" % time.time_ns())
+    os.chmod(token, 0o600)
+    try:
+        before = every_container(client)
+        rc, out = playbook("serve", "-e", "vllm_monitoring_remote_write_url=http://%s/api/v1/write" % CENTRAL,
+                           "-e", "vllm_monitoring_remote_write_token_file=%s" % token, log="faults-serve-remote-write", check=True)
+        changed = {h: r["changed"] for h, r in recap(out).items()}
+        assert changed["sim-worker1"] == 0 and changed["sim-head"] > 0, changed
+        after = every_container(client)
+        recreated = {name for name in set(before) & set(after) if before[name] != after[name]}
+        assert {name for dummy, name in recreated} <= {"dgx-spark-prometheus"}, recreated
+        kept = node_docker_exec("sim-head", ["stat", "-c", "%a %u", STATE + "/monitoring/config/keys/remote-write"])
+        assert kept == "400 65534", kept
+        asked = "http://%s/api/v1/query?%s" % (CENTRAL, urllib.parse.urlencode({"query": 'up{cluster="dgx-spark"}'}))
+        deadline, seen = time.monotonic() + 90, []
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(asked, timeout=5) as answer:
+                    seen = json.loads(answer.read())["data"]["result"]
+            except OSError:
+                seen = []
+            if len(seen) >= 3:
+                break
+            time.sleep(3)
+        jobs = sorted((r["metric"]["job"], r["metric"].get("node", "")) for r in seen)
+        assert jobs == [("spark-nodes", "sim-head"), ("spark-nodes", "sim-worker1"), ("vllm", "")], seen
+        assert token.read_text().strip() not in out
+    finally:
+        central.stop(timeout=2)
+        rc, out = playbook("serve", log="faults-serve-remote-write-off", check=True)
+    # turned off: the token is taken off the head with the setting
+    assert node_docker_exec("sim-head", ["sh", "-c", "test -e %s/monitoring/config/keys/remote-write && echo kept || echo gone" % STATE]) == "gone"
+
+
 def prometheus(path):
     """The head's Prometheus API (it listens on the head's loopback only): the answer's data."""
     code = "import sys,urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9090' + sys.argv[1], timeout=10).read().decode())"

@@ -14,6 +14,9 @@ Why these targets:
   cluster's nodes. Prometheus on the head reaches them over the fabric.
 - Prometheus itself listens on the head's 127.0.0.1 by default: nothing listens beyond where it must. Reach it with
   `ssh -L 9090:127.0.0.1:9090 <head>`, or set vllm_monitoring_listen to the management address.
+- An organisation's central Prometheus gets the cluster's series by remote write, outbound from the head
+  (``remote_write_url``, with a bearer token from a file when it asks for one): the head opens no port for it. Every
+  series carries the cluster's name as its ``cluster`` label.
 
 Pure: the role writes the files and runs the container this plans; each node's supervisor serves the
 figures module_utils/node/metrics.py writes.
@@ -40,7 +43,10 @@ DEFAULTS = {
     "alert_for": "1m",                    # how long a condition holds before its alert fires
     "retention": "15d",
     "kv_cache_full": 0.95,                # vllm:kv_cache_usage_perc at or above which the KV cache counts as full
+    "remote_write_url": "",               # a central Prometheus's remote-write receiver; empty: none
+    "remote_write_token_file": "",        # on the controller: the bearer token that receiver asks for; empty: none
 }
+REMOTE_WRITE_KEY = "remote-write"
 DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
 JOB_VLLM = "vllm"
 JOB_NODES = "spark-nodes"
@@ -72,6 +78,13 @@ def settings(given):
             errors.append("vllm_monitoring_node_port must be between 1 and 65535, got %r" % config["node_port"])
         if not 0 < config["kv_cache_full"] <= 1:
             errors.append("vllm_monitoring_kv_cache_full is a fraction of the KV cache (0.95), got %r" % config["kv_cache_full"])
+    url = str(config["remote_write_url"])
+    if url and not re.match(r"^https?://[^/\s]+(/\S*)?$", url):
+        errors.append("vllm_monitoring_remote_write_url must be the receiver's http:// or https:// URL (a central Prometheus's "
+                      "/api/v1/write), got %r" % url)
+    if config["remote_write_token_file"] and not url:
+        errors.append("vllm_monitoring_remote_write_token_file is set but vllm_monitoring_remote_write_url is not: set the "
+                      "receiver's URL, or leave the token file out")
     return config, errors
 
 
@@ -101,7 +114,10 @@ def scrape_config(config, cluster, targets, nodes):
     ``targets``: [{address, deployment}]), every node's figures, the rules file. One job a deployment, as each has its
     own key; each is labelled job="vllm" (the rules and the dashboard ask that) and with its deployment. Every series
     carries the cluster's name as a label (the dashboard's $cluster), and as an external label for a central one."""
-    return {
+    remote = {"url": config["remote_write_url"]}
+    if config["remote_write_token_file"]:
+        remote["authorization"] = {"type": "Bearer", "credentials_file": key_file(REMOTE_WRITE_KEY)}
+    return dict({
         "global": {"scrape_interval": config["scrape_interval"], "evaluation_interval": config["scrape_interval"],
                    "external_labels": {"cluster": cluster}},
         "rule_files": [CONFIG_MOUNT + "/rules.yml"],
@@ -114,7 +130,7 @@ def scrape_config(config, cluster, targets, nodes):
             {"job_name": JOB_NODES, "metrics_path": "/metrics",
              "static_configs": [{"targets": ["%s:%d" % (ip, config["node_port"])], "labels": {"node": name, "cluster": cluster}}
                                 for name, ip in nodes]},
-        ]}
+        ]}, **({"remote_write": [remote]} if config["remote_write_url"] else {}))
 
 
 def rules(config, headroom_floor_bytes, unaccounted_limit_bytes):
@@ -155,13 +171,13 @@ def container_name(cluster):
     return "%s-prometheus" % cluster
 
 
-def plan(config, cluster, folder, targets, nodes, floor, limit, labels):
+def plan(config, cluster, folder, targets, nodes, floor, limit, labels, token_digest=None):
     """The monitoring section of the plan: the files on its host (in ``folder``), the container, what verify waits for.
     ``targets`` are the addresses of every deployment's vLLM as Prometheus reaches them; ``nodes`` is [(name,
     fabric_ip)] of the nodes whose figures are served, in the cluster's order; ``floor`` the headroom floor and
     ``limit`` the unaccounted memory above which the planner refuses a node, in bytes; ``labels`` the collection's
     labels of the container (the config hash is added: a changed file or flag recreates the container, which reads its
-    files when it starts)."""
+    files when it starts); ``token_digest`` a digest of the central Prometheus's token (a new one is written again)."""
     if not config["enabled"]:
         return {"enabled": False, "container": {"name": container_name(cluster), "labels": dict(labels)}}
     files = {"prometheus.yml": scrape_config(config, cluster, targets, nodes), "rules.yml": rules(config, floor, limit)}
@@ -172,7 +188,8 @@ def plan(config, cluster, folder, targets, nodes, floor, limit, labels):
                  "restart_policy": "unless-stopped", "labels": dict(labels)}
     # A new key is a new file to write: the hash covers each key's digest (never a key).
     container["labels"][container_labels.CONFIG_HASH] = hashlib.sha256(
-        json.dumps([files, container, [t.get("key_digest") for t in targets]], sort_keys=True).encode("utf-8")).hexdigest()[:16]
+        json.dumps([files, container, [t.get("key_digest") for t in targets]] + ([token_digest] if token_digest else []),
+                   sort_keys=True).encode("utf-8")).hexdigest()[:16]
     url = "http://%s" % config["listen"]
     # Prometheus reads YAML, and JSON is YAML: each file as the plan has it, written as it is.
     writes = [{"path": "%s/config/%s" % (folder, name), "content": json.dumps(content, indent=2, sort_keys=True) + "\n",
@@ -186,6 +203,9 @@ def plan(config, cluster, folder, targets, nodes, floor, limit, labels):
     # Each deployment's key, read by Prometheus's user alone; the role reads them on the controller (no_log).
     keys = [{"path": "%s/config/keys/%s" % (folder, t["deployment"]), "owner": str(DATA_UID), "mode": "0400",
              "key_file": t["api_key_file"]} for t in targets]
+    if config["remote_write_token_file"]:  # the central receiver's token, as each deployment's key
+        keys.append({"path": "%s/config/keys/%s" % (folder, REMOTE_WRITE_KEY), "owner": str(DATA_UID), "mode": "0400",
+                     "key_file": config["remote_write_token_file"]})
     return {"enabled": True, "url": url, "targets_url": url + "/api/v1/targets?state=active", "listen": config["listen"],
             "node_port": config["node_port"], "folder": folder,
             "files": files, "folders": folders, "writes": writes, "keys": keys, "jobs": {JOB_VLLM: len(targets), JOB_NODES: len(nodes)},

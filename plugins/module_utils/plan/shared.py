@@ -151,7 +151,8 @@ def watched(entries, plans, settings, inputs, probed, findings, key_digests=None
                  for e in entries] or [0])
     section = monitoring.plan(config, settings["cluster_name"], where["monitoring_folder"], targets, nodes, floor,
                               int(float(settings["unaccounted_limit_gib"]) * GIB),
-                              container_labels.labels(settings["cluster_name"], first["head"], "prometheus"))
+                              container_labels.labels(settings["cluster_name"], first["head"], "prometheus"),
+                              inputs.get("remote_write_token_digest"))
     section.update(host=where["host"], change=nodes_check.planned_change(section["container"], config["enabled"], probed, findings, where["host"]))
     return section
 

@@ -6,7 +6,7 @@ import http.client
 import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import metrics
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import planner, profiles
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring, planner, profiles
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory
 
 from helpers import read_fixture, spark_inputs
@@ -89,11 +89,31 @@ def test_monitoring_off_plans_nothing_and_opens_no_port(tmp_path):
         assert "9101" not in node["firewall"]["opened_tcp"]
 
 
+def test_a_central_prometheus_gets_every_series_by_remote_write_with_its_token_from_a_file(tmp_path):
+    plain = plan_with(tmp_path)["monitoring"]
+    assert "remote_write" not in plain["files"]["prometheus.yml"]  # none asked: nothing leaves the head
+    token = tmp_path / "central.token"
+    token.write_text("s3cret\n")
+    watched = plan_with(tmp_path, remote_write_url="https://prometheus.example.org/api/v1/write", remote_write_token_file=str(token))["monitoring"]
+    assert watched["files"]["prometheus.yml"]["remote_write"] == [
+        {"url": "https://prometheus.example.org/api/v1/write",
+         "authorization": {"type": "Bearer", "credentials_file": "/etc/prometheus/keys/remote-write"}}]
+    kept = [k for k in watched["keys"] if k["path"].endswith("/keys/remote-write")]
+    assert kept == [{"path": "/var/lib/dgx-spark-vllm/dgx-spark/monitoring/config/keys/remote-write", "owner": "65534", "mode": "0400",
+                     "key_file": str(token)}]
+    assert "s3cret" not in str(watched)  # the plan names the file, never the token
+    keyless = plan_with(tmp_path, remote_write_url="http://10.209.0.99:9090/api/v1/write")["monitoring"]
+    assert keyless["files"]["prometheus.yml"]["remote_write"] == [{"url": "http://10.209.0.99:9090/api/v1/write"}]
+    assert not [k for k in keyless["keys"] if k["path"].endswith("/keys/remote-write")]
+
+
 @pytest.mark.parametrize("given,named", [
     ({"scrape_interval": "15"}, "vllm_monitoring_scrape_interval must be a Prometheus duration"),
     ({"listen": "9090"}, "vllm_monitoring_listen must be ADDRESS:PORT"),
     ({"node_port": 70000}, "vllm_monitoring_node_port must be between 1 and 65535, got 70000"),
     ({"kv_cache_full": 95}, "vllm_monitoring_kv_cache_full is a fraction"),
+    ({"remote_write_url": "central:9090/api/v1/write"}, "vllm_monitoring_remote_write_url must be the receiver's http:// or https:// URL"),
+    ({"remote_write_token_file": "/etc/central.token"}, "vllm_monitoring_remote_write_token_file is set but vllm_monitoring_remote_write_url is not"),
 ])
 def test_bad_settings_are_refused_by_name(tmp_path, given, named):
     plan = plan_with(tmp_path, **given)
@@ -192,3 +212,14 @@ def test_the_plan_says_whether_the_head_needs_prometheus_applied_or_removed(tmp_
         in refused["errors"][0]["message"]
     left = plan_with(tmp_path, head_runs(foreign), enabled=False)  # off: nothing of ours to run there, so nothing to refuse
     assert left["ok"] and left["monitoring"]["change"] == "none"
+
+
+def test_a_new_token_for_the_central_prometheus_is_written_again():
+    config, errors = monitoring.settings({"enabled": True, "remote_write_url": "http://10.209.0.1:19090/api/v1/write",
+                                          "remote_write_token_file": "/etc/dgx-spark/central.token"})
+    assert not errors
+
+    def config_hash(token_digest):
+        return monitoring.plan(config, "lab", "/f", [], [], 0, 0, {}, token_digest)["container"]["labels"]["dgx_spark.vllm.config_hash"]
+
+    assert config_hash("aaaa") == config_hash("aaaa") != config_hash("bbbb")
