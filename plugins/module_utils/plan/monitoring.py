@@ -207,7 +207,7 @@ def plan(config, cluster, folder, targets, nodes, floor, limit, labels, token_di
         keys.append({"path": "%s/config/keys/%s" % (folder, REMOTE_WRITE_KEY), "owner": str(DATA_UID), "mode": "0400",
                      "key_file": config["remote_write_token_file"]})
     return {"enabled": True, "url": url, "targets_url": url + "/api/v1/targets?state=active", "listen": config["listen"],
-            "node_port": config["node_port"], "folder": folder,
+            "node_port": config["node_port"], "folder": folder, "keys_folder": folder + "/config/keys",
             "files": files, "folders": folders, "writes": writes, "keys": keys, "jobs": {JOB_VLLM: len(targets), JOB_NODES: len(nodes)},
             "container": container}
 
