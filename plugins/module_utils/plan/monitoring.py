@@ -194,20 +194,21 @@ def plan(config, cluster, folder, targets, nodes, floor, limit, labels, token_di
     # Prometheus reads YAML, and JSON is YAML: each file as the plan has it, written as it is.
     writes = [{"path": "%s/config/%s" % (folder, name), "content": json.dumps(content, indent=2, sort_keys=True) + "\n",
                "mode": "0644"} for name, content in sorted(files.items())]
+    keys_folder = folder + "/config/keys"
     # Root's, but the data: the image's user (nobody) writes it.
     folders = [{"path": folder, "owner": "0", "mode": "0755"}, {"path": folder + "/config", "owner": "0", "mode": "0755"},
                # root's: another process of Prometheus's user (nobody) could otherwise swap a link in while root writes
                # and chowns a key there; the files themselves are nobody's, 0400
-               {"path": folder + "/config/keys", "owner": "0", "mode": "0755"},
+               {"path": keys_folder, "owner": "0", "mode": "0755"},
                {"path": folder + "/data", "owner": str(DATA_UID), "mode": "0700"}]
     # Each deployment's key, read by Prometheus's user alone; the role reads them on the controller (no_log).
-    keys = [{"path": "%s/config/keys/%s" % (folder, t["deployment"]), "owner": str(DATA_UID), "mode": "0400",
+    keys = [{"path": "%s/%s" % (keys_folder, t["deployment"]), "owner": str(DATA_UID), "mode": "0400",
              "key_file": t["api_key_file"]} for t in targets]
     if config["remote_write_token_file"]:  # the central receiver's token, as each deployment's key
-        keys.append({"path": "%s/config/keys/%s" % (folder, REMOTE_WRITE_KEY), "owner": str(DATA_UID), "mode": "0400",
+        keys.append({"path": "%s/%s" % (keys_folder, REMOTE_WRITE_KEY), "owner": str(DATA_UID), "mode": "0400",
                      "key_file": config["remote_write_token_file"]})
     return {"enabled": True, "url": url, "targets_url": url + "/api/v1/targets?state=active", "listen": config["listen"],
-            "node_port": config["node_port"], "folder": folder, "keys_folder": folder + "/config/keys",
+            "node_port": config["node_port"], "folder": folder, "keys_folder": keys_folder,
             "files": files, "folders": folders, "writes": writes, "keys": keys, "jobs": {JOB_VLLM: len(targets), JOB_NODES: len(nodes)},
             "container": container}
 
