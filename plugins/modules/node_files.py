@@ -15,6 +15,8 @@ description:
     to the node, and a launch waits for them; this module makes them all in one call.
   - A folder is made where it is missing and given its mode (and owner) where they differ. A file is written whole
     (a reader never sees half of it) where its content, mode or owner differ. Nothing else is touched.
+  - A file the plan no longer wants where it was (the head's API key where a release before kept it) is named in
+    O(absent) and removed in the same call; a link there is removed as a link, never followed.
   - A secret (the head's API key) goes in O(secret_files), never in O(files); its content is never logged, returned
     or shown in a diff (only its path is). O(files) are shown in diff mode.
 author:
@@ -91,6 +93,12 @@ options:
       owner:
         description: Its owner, a user name or number; left to the writer when omitted.
         type: str
+  absent:
+    description:
+      - Files to remove where they are (a link as the link). A folder is refused.
+    type: list
+    elements: path
+    default: []
 """
 
 EXAMPLES = r"""
@@ -111,6 +119,11 @@ written:
   returned: always
   type: list
   elements: str
+removed:
+  description: The files of O(absent) removed (or that would be).
+  returned: always
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -125,14 +138,16 @@ def main():
     module = AnsibleModule(argument_spec=dict(folders=dict(type="list", elements="dict", default=[], options=folder),
                                               files=dict(type="list", elements="dict", default=[], options=text),
                                               # its content alone is a secret (no_log on that suboption)
-                                              secret_files=dict(type="list", elements="dict", default=[], options=secret, no_log=False)),
+                                              secret_files=dict(type="list", elements="dict", default=[], options=secret, no_log=False),
+                                              absent=dict(type="list", elements="path", default=[])),
                            supports_check_mode=True)
     params = module.params
     try:
         made, written, before = node_files.apply(params["folders"], params["files"] + params["secret_files"], module.check_mode)
+        removed = node_files.remove(params["absent"], module.check_mode)
     except (OSError, KeyError, ValueError) as exc:
         module.fail_json(msg="Could not make the node's folders and files: %s" % exc)
-    result = dict(changed=bool(made or written), made=made, written=written)
+    result = dict(changed=bool(made or written or removed), made=made, written=written, removed=removed)
     contents = {f["path"]: f["content"] for f in params["files"]}
     shown = [p for p in written if p in contents]
     if module._diff and shown:

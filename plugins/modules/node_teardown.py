@@ -176,7 +176,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, process_group as pg, teardown as td
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import copy_regular, run, to_file
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import copy_regular, run, systemd_runs, to_file
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor_control import Supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
@@ -292,7 +292,7 @@ def remove_firewall(module, runner, present, nft):
             module.fail_json(msg="%s: nft delete table inet %s failed: %s" % (module.params["node"], present["table"], (err or out).strip()))
     for path in present["files"]:
         os.remove(path)
-    if present["files"] and os.path.isdir("/run/systemd/system"):  # systemd forgets the unit now, not at the next boot
+    if present["files"] and systemd_runs():  # systemd forgets the unit now, not at the next boot
         runner(["systemctl", "daemon-reload"])
     return ([present["table"]] if present["table"] else []) + present["files"]
 

@@ -21,6 +21,12 @@ def run(module, argv, data=None, environ_update=None):
     return module.run_command([str(arg) for arg in argv], data=data, environ_update=environ)
 
 
+def systemd_runs(marker="/run/systemd/system"):
+    """Whether systemd is this host's init: the folder exists only then (sd_booted(3)). A node without it (a container
+    init, an older simulation) is told apart by the callers, which then do by hand what systemd would."""
+    return os.path.isdir(marker)
+
+
 def read_text(path):
     """A file's text, or None when it cannot be read (absent, a folder, not readable)."""
     try:

@@ -57,3 +57,18 @@ def apply(folders, files, check=False):
         if uid is not None:
             os.chown(entry["path"], uid, -1)
     return made, written, before
+
+
+def remove(paths, check=False):
+    """Remove each of ``paths`` where it is (a file, or a link as the link: never what it names). Returns those
+    removed (or that would be). A folder is refused: what this removes is a file the plan no longer wants."""
+    removed = []
+    for path in paths:
+        if not os.path.lexists(path):
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise ValueError("%s is a folder, not a file: remove it by hand if it is not wanted" % path)
+        removed.append(path)
+        if not check:
+            os.unlink(path)
+    return removed

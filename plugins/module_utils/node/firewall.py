@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, supervisor
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_text, systemd_runs
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.firewall_state import NFT
 
 
@@ -49,7 +49,7 @@ def apply(planned, run, check=False, reload=False, systemd=None):
             os.remove(planned["wants"])
         os.makedirs(os.path.dirname(planned["wants"]), exist_ok=True)
         os.symlink(unit["path"], planned["wants"])
-    if (unit in stale or relink) and (os.path.isdir("/run/systemd/system") if systemd is None else systemd):
+    if (unit in stale or relink) and (systemd_runs() if systemd is None else systemd):
         rc, out, err = run(["systemctl", "daemon-reload"])
         if rc != 0:
             return [f["path"] for f in stale], relink, False, "systemctl daemon-reload failed: %s" % (err or out).strip()

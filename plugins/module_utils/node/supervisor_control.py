@@ -24,7 +24,7 @@ import signal
 import time
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group, supervisor, supervisor_state
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_small, read_text
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import read_small, read_text, systemd_runs
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.netplan_try import detached
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import boot
 
@@ -33,7 +33,7 @@ class Supervisor:
     def __init__(self, plan, run, fail):
         self.plan, self.run, self.fail = plan, run, fail
         self.where = plan["paths"]
-        self.systemd = os.path.isdir("/run/systemd/system")
+        self.systemd = systemd_runs()
 
     def status(self):
         return supervisor_state.read_status(self.where)

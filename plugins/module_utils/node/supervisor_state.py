@@ -9,7 +9,8 @@ the probe's call to the node carries no more than it needs.
 from __future__ import annotations
 
 import json
-import os
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import systemd_runs
 
 
 def supervisor_pid(status, config_path):
@@ -42,6 +43,6 @@ def read_status(where):
 def supervisor_running(where, name, run):
     """Whether the node's supervisor runs: its unit is active (systemd), or the process its status names runs this
     plan (a node without systemd). ``run`` runs an argv and returns (rc, out, err)."""
-    if os.path.isdir("/run/systemd/system"):
+    if systemd_runs():
         return run(["systemctl", "is-active", "--quiet", name])[0] == 0
     return bool(supervisor_pid(read_status(where), where["config"]))

@@ -194,6 +194,17 @@ def steps(backend, is_head, cluster, containers, serve, node_paths, firewall=Non
     return result
 
 
+def hold_first(boot_plan, found):
+    """Whether the apply must hold the node's supervisor before it changes anything: where one is installed (its unit
+    or its hold found by the probe: ``found``, node_probe.state), or the node was not probed. Where none is, nothing
+    can act while the run changes the node, so the apply installs this one, held, while vLLM loads, off the launch's
+    path."""
+    if found is None:
+        return True
+    where = boot_plan["paths"]
+    return any(found.get(path) is not None for path in (where["unit"], where["wants"], where["hold"], where["config"]))
+
+
 def plan(settings, backend, node, entry, cluster, firewall_unit=None):
     """The supervisor of one node: its files (unit and plan) and whether it is on (``vllm_boot_start``)."""
     where = paths(entry["paths"]["state_dir"], settings["cluster_name"])

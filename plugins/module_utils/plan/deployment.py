@@ -205,6 +205,7 @@ def plan_deployment(inputs, stage="full"):
     for name in order:  # the supervisor that brings each node back after a boot: the hashes and memory are final now
         result["nodes"][name]["boot"] = boot.plan(settings, inputs["backend"], name, result["nodes"][name], cluster,
                                                   firewall.unit_name(settings["cluster_name"]) if settings["firewall"] else None)
+        result["nodes"][name]["boot"]["hold_first"] = boot.hold_first(result["nodes"][name]["boot"], inputs["nodes"][name].get("state"))
     for name in order:
         nodes_check.check_node(name, inputs["nodes"][name], settings, [c["name"] for c in result["nodes"][name]["containers"]],
                                result["nodes"][name]["ports"], findings)

@@ -39,3 +39,23 @@ def test_an_owner_by_number_is_given_and_compared(tmp_path):
     assert os.stat(folder).st_uid == uid
     assert files.apply([{"path": folder, "mode": "0700", "owner": str(uid)}], []) == ([], [], {})
     assert files.uid_of("root") == 0 and files.uid_of(None) is None and files.uid_of("65534") == 65534
+
+
+def test_a_file_no_longer_wanted_is_removed_a_link_as_the_link_and_a_folder_is_refused(tmp_path):
+    kept = tmp_path / "target"
+    kept.write_text("what the link names\n")
+    old, link, folder = tmp_path / "old_key", tmp_path / "planted", tmp_path / "folder"
+    old.write_text("key\n")
+    link.symlink_to(kept)
+    folder.mkdir()
+    wanted = [str(old), str(link), str(tmp_path / "never-there")]
+    assert files.remove(wanted, check=True) == [str(old), str(link)] and old.exists() and os.path.lexists(link)
+    assert files.remove(wanted) == [str(old), str(link)]
+    assert not os.path.lexists(old) and not os.path.lexists(link) and kept.read_text() == "what the link names\n"
+    assert files.remove(wanted) == []  # a second call changes nothing
+    try:
+        files.remove([str(folder)])
+    except ValueError as exc:
+        assert str(folder) in str(exc) and folder.is_dir()
+    else:
+        raise AssertionError("a folder was not refused")

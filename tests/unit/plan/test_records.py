@@ -183,6 +183,18 @@ def test_a_run_that_changes_nothing_commits_nothing_and_any_difference_commits_a
     assert records.commit_changes(plan, found)["reasons"] == ["the head's last-known-good record differs from this deployment's"]
 
 
+def test_a_supervisor_found_on_a_node_is_held_before_any_change_and_a_node_without_one_installs_it_later(tmp_path):
+    plan = plan_with(tmp_path)
+    spec = plan["nodes"]["spark1"]["boot"]
+    assert spec["hold_first"]  # spark_inputs probes no state: an unread node is held first
+    found = installed(plan)["spark1"]["state"]
+    assert boot.hold_first(spec, found)  # this plan's supervisor is there
+    assert boot.hold_first(spec, {spec["paths"]["hold"]: "e3b0c442"})  # an interrupted run's hold alone
+    assert boot.hold_first(spec, {spec["paths"]["config"]: "0" * 64})  # another plan's supervisor
+    assert not boot.hold_first(spec, {path: None for path in found})  # a node after teardown.yml: nothing to hold
+    assert boot.hold_first(spec, None)
+
+
 def test_the_plan_takes_the_record_and_the_references_the_head_keeps(tmp_path):
     """The head's copies are the truth (an AWX job's fresh project copy has no controller copy): the inventory stage
     asks the head's probe for both files, and the plan carries what it read."""
