@@ -29,20 +29,22 @@ def ring_ends(given, hosts):
             for host, ends in ring.plan(given, list(hosts))["ends"].items()}
 
 
-def perftest_argv(ends, side):
-    """ib_write_bw's argv on a ring node: the server on its end b, the client on its end a, writing to that link's b."""
+def perftest_argv(ends, side, found=""):
+    """ib_write_bw's argv on a ring node: the server on its end b, the client on its end a, writing to that link's b;
+    its result as JSON where ``found`` (what the look for ib_write_bw printed) lists perftest's JSON option."""
     for end in ends:
         if side == "client" and end["side"] == "a":
-            return perftest.client_argv(end["rdma"], end["gid_index"], end["peer_address"])
+            return perftest.client_argv(end["rdma"], end["gid_index"], end["peer_address"], as_json=perftest.JSON_OPTION in (found or ""))
         if side == "server" and end["side"] == "b":
             return perftest.server_argv(end["rdma"], end["gid_index"])
     raise AnsibleFilterError("no ring end for the %s side of ib_write_bw in %s" % (side, ends))
 
 
-def perftest_verdict(output, ends):
-    """The client's result on this node's end a, judged: a warning line, or the figure beside the published one."""
+def perftest_verdict(output, ends, errors=""):
+    """The client's result on this node's end a (its JSON on ``errors``, its stderr, else its table), judged: a warning
+    line, or the figure beside the published one."""
     link = next((e["link"] for e in ends if e["side"] == "a"), "?")
-    result = perftest.parse(output)
+    result = perftest.result(output, errors)
     return perftest.judge(result, True, link) or "link %s: %.1f Gb/s (published: at least %.0f Gb/s in a ring)" % (
         link, result["average_gbps"], perftest.PUBLISHED_GBPS["ring"])
 

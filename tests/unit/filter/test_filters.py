@@ -93,6 +93,11 @@ def test_perftest_runs_the_server_on_end_b_and_the_client_on_end_a():
     assert ring.perftest_argv(ends, "client")[-1] == "192.168.10.2"
     table = " #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]\n 65536 5000 60.0 59.5 0.1\n"
     assert ring.perftest_verdict(table, ends).startswith("link s1:p0 <-> s2:p1: RDMA write bandwidth 59.5 Gb/s, below the 80")
+    # Where the look found perftest's JSON option, the client writes JSON on stderr and the verdict reads it first.
+    assert "--out_json" not in ring.perftest_argv(ends, "client", "/usr/bin/ib_write_bw\n")
+    assert "--out_json" in ring.perftest_argv(ends, "client", "/usr/bin/ib_write_bw\n--out_json_file\n")
+    as_json = '{\n"test_info": {"test": "RDMA_Write_BW_Test"},\n"results": {"MsgSize": 65536, "n_iterations": 5000, "BW_peak": 96.0, "BW_average": 95.5}\n}\n'
+    assert ring.perftest_verdict(table, ends, as_json) == "link s1:p0 <-> s2:p1: 95.5 Gb/s (published: at least 80 Gb/s in a ring)"
 
 
 def test_the_gateway_config_refuses_an_empty_key_naming_whose():

@@ -36,3 +36,47 @@ def test_judged_against_the_published_figures():
 def test_argv_names_the_device_port_and_gid():
     assert perftest.client_argv("rocep1s0f0:1", 3, "192.168.10.2") == [
         "ib_write_bw", "-d", "rocep1s0f0", "-i", "1", "-x", "3", "--report_gbits", "-D", "3", "192.168.10.2"]
+
+
+# What perftest 23.04 and later write with --out_json (src/perftest_parameters.c: write_test_info_to_file and
+# write_bw_report_to_file, REPORT_FMT_JSON), here to the client's stderr after a warning it printed there first.
+JSON_ON_STDERR = """ Conflicting CPU frequency values detected: 1000.000000 != 3400.000000. CPU Frequency is not max.
+{
+"test_info": {
+"test": "RDMA_Write_BW_Test",
+"Dual_port": "OFF",
+"Device": "rocep1s0f0",
+"Number_of_qps": 1,
+"Transport_type": "IB",
+"Connection_type": "RC",
+"Using_SRQ": "OFF",
+"PCIe_relax_order": "ON",
+"Use_ROCm_memory": "OFF",
+"Use_MUSA_memory": "OFF",
+"Data_ex_method": "Ethernet"
+},
+"results": {
+"MsgSize": 65536,
+"n_iterations": 5000,
+"BW_peak": 98.12,
+"BW_average": 97.85,
+"MsgRate": 0.186701
+}
+}
+"""
+
+
+def test_the_json_result_is_read_before_the_table_and_the_table_is_the_fallback():
+    assert perftest.parse_json(JSON_ON_STDERR) == {"bytes": 65536, "iterations": 5000, "peak_gbps": 98.12, "average_gbps": 97.85}
+    # Both given: the JSON wins (the table below says 10 Gb/s, as if rounded differently); no JSON: the table.
+    assert perftest.result(GBITS.replace("97.85", "10.00"), JSON_ON_STDERR)["average_gbps"] == 97.85
+    assert perftest.result(GBITS, "")["average_gbps"] == 97.85
+    assert perftest.result(GBITS, "failed to open /dev/stderr\n")["average_gbps"] == 97.85
+    assert perftest.parse_json(JSON_ON_STDERR.split('"results"')[0]) is None  # cut off: no result, no exception
+    assert perftest.result("", "") is None
+
+
+def test_the_client_writes_json_only_where_its_perftest_can():
+    plain = perftest.client_argv("rocep1s0f0:1", 3, "192.168.10.2")
+    with_json = perftest.client_argv("rocep1s0f0:1", 3, "192.168.10.2", as_json=True)
+    assert with_json == plain[:-1] + ["--out_json", "--out_json_file=/dev/stderr", "192.168.10.2"]
