@@ -664,6 +664,37 @@ def test_a_central_prometheus_gets_every_series_of_the_cluster_by_remote_write(c
     assert node_docker_exec("sim-head", ["sh", "-c", "test -e %s/monitoring/config/keys/remote-write && echo kept || echo gone" % STATE]) == "gone"
 
 
+def test_a_node_exporter_on_each_node_reads_the_nodes_figures_from_its_textfile_folder(client):
+    """A node_exporter already on each node, its textfile collector reading Ubuntu's folder: serve.yml with that folder
+    given changes no container, only each node's supervisor (its plan and its sandbox's writable folders); within a few
+    looks each node's file holds its own figures, labelled with the cluster and the node, written by root, 0644. The
+    next serve.yml without it takes the files away and leaves the folder's other files alone."""
+    folder = "/var/lib/prometheus/node-exporter"
+    nodes = ("sim-head", "sim-worker1")
+    for node in nodes:
+        node_docker_exec(node, ["sh", "-c", "mkdir -p %s && echo '# their own' > %s/their_own.prom" % (folder, folder)])
+    try:
+        before = every_container(client)
+        playbook("serve", "-e", "vllm_monitoring_textfile_dir=" + folder, log="faults-serve-textfile", check=True)
+        assert every_container(client) == before  # no container was recreated for it
+        for node in nodes:
+            path = "%s/dgx_spark_vllm_dgx-spark.prom" % folder
+            deadline, text = time.monotonic() + 30, ""
+            while time.monotonic() < deadline:
+                text = node_docker_exec(node, ["sh", "-c", "cat %s 2>/dev/null || true" % path])
+                if "dgx_spark_supervisor_state" in text:
+                    break
+                time.sleep(1)
+            assert re.search(r'^dgx_spark_memory_available_bytes\{cluster="dgx-spark",node="%s"\} [1-9][0-9]*$' % node, text, re.M), text
+            assert re.search(r'^dgx_spark_supervisor_state\{cluster="dgx-spark",node="%s",state="[a-z]+"\} 1$' % node, text, re.M), text
+            assert node_docker_exec(node, ["stat", "-c", "%a %U", path]) == "644 root"
+    finally:
+        playbook("serve", log="faults-serve-textfile-off", check=True)
+    for node in nodes:  # taken away with the setting; node_exporter's own files stay
+        assert node_docker_exec(node, ["ls", folder]) == "their_own.prom"
+        node_docker_exec(node, ["rm", "-r", folder])
+
+
 def prometheus(path):
     """The head's Prometheus API (it listens on the head's loopback only): the answer's data."""
     code = "import sys,urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9090' + sys.argv[1], timeout=10).read().decode())"

@@ -4,7 +4,8 @@
 """A node's figures for the head's Prometheus, served by the node's supervisor (module_utils/node/supervisor.py) on
 the node's fabric address: its unified memory as the probe reads it (module_utils/probe/unified_memory.py: the pinned
 memory nothing explains, which the node exporter cannot tell apart, fact 3) and the supervisor's own state. Why these
-figures and who scrapes them: module_utils/plan/monitoring.py. Runs on the node: stdlib only.
+figures and who scrapes them: module_utils/plan/monitoring.py. The same figures may also be written where a node_exporter
+already on the node reads them (its textfile collector; the plan's ``textfile``). Runs on the node: stdlib only.
 """
 
 from __future__ import annotations
@@ -44,6 +45,19 @@ def metrics_text(config, ops, shared):
     except (OSError, ValueError, KeyError):
         fact = {}
     return node_metrics(fact, shared.get("state"), config["metrics"]["labels"])
+
+
+def textfile_text(config, ops, shared):
+    """What the node's supervisor writes for a node_exporter's textfile collector (the plan's ``textfile``): the same
+    figures as /metrics, or None when the plan asks for none."""
+    wanted = config.get("textfile")
+    if not wanted:
+        return None
+    try:
+        fact = ops.memory()
+    except (OSError, ValueError, KeyError):
+        fact = {}
+    return node_metrics(fact, shared.get("state"), wanted["labels"])
 
 
 def serve_metrics(config, ops, shared, server=None):

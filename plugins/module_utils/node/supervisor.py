@@ -286,6 +286,28 @@ def write_text(path, text, mode=0o644):
     os.replace(temp, path)
 
 
+def write_textfile(config, ops, shared, memo=None):
+    """The node's figures written whole where the plan's node_exporter reads them (metrics.textfile_text); a failure is
+    returned to be said once, and tried again every look. Where the plan moved or dropped the file since this
+    supervisor last wrote it (``memo``), the one it wrote goes: node_exporter would export its last figures forever."""
+    memo = {} if memo is None else memo
+    last, wanted = memo.get("textfile"), (config.get("textfile") or {}).get("path")
+    if last and last != wanted and os.path.lexists(last) and not os.path.isdir(last):
+        os.unlink(last)
+    memo["textfile"] = wanted
+    text = metrics.textfile_text(config, ops, shared)
+    if text is None:
+        return None
+    folder = os.path.dirname(config["textfile"]["path"])
+    if not os.path.isdir(folder):  # node_exporter's own folder: made by its package, never by the supervisor
+        return "cannot write the node's figures to %s: the folder is missing (is node_exporter's textfile collector set up?)" % folder
+    try:
+        write_text(config["textfile"]["path"], text, 0o644)
+    except OSError as exc:
+        return "cannot write the node's figures to %s: %s" % (config["textfile"]["path"], exc.strerror or exc)
+    return None
+
+
 def write_status(path, status):
     write_text(path, json.dumps(status, indent=2, sort_keys=True))
 
@@ -329,7 +351,7 @@ def main(argv=None, ops=None, sleep=None, rounds=None):
         server = metrics.serve_metrics(config, ops, shared, server)
         state, detail, did = look(config, ops, memo)
         shared["state"] = state
-        problem = shared.pop("metrics_error", None)
+        problem = shared.pop("metrics_error", None) or write_textfile(config, ops, shared, memo)
         if problem and problem != memo.get("metrics_said"):  # a port taken: said once, tried again every look
             did = "; ".join(filter(None, [did, problem]))
         memo["metrics_said"] = problem

@@ -118,7 +118,10 @@ class Supervisor:
         hold = holder is not None
         relink = enabled != linked
         legacy = running and bool(where.get("legacy_status")) and os.path.lexists(where["legacy_status"]) and not os.path.exists(where["status"])
-        start = enabled and (not running or legacy or bool(strays) or any(path.endswith(".py") for path, dummy, dummy2 in stale))
+        # Started again where its code or its unit changed: the unit's sandbox (its ReadWritePaths, node_exporter's folder
+        # among them) and ordering take effect only so.
+        start = enabled and (not running or legacy or bool(strays)
+                             or any(path.endswith(".py") or path == where["unit"] for path, dummy, dummy2 in stale))
         stop = running and not enabled
         result = {"changed": bool(stale) or relink or hold != held or start or stop or legacy or bool(strays),
                   "written": [path for path, dummy, dummy2 in stale], "removed": strays,
@@ -126,6 +129,7 @@ class Supervisor:
                            "after": {"plan": files[0][1], "at_boot": enabled, "held": hold or held}}}
         if not result["changed"] or check:
             return result
+        before = self.textfile()  # the node_exporter file the plan on the node writes, read before this plan replaces it
         if hold and not held:
             self.write_hold(holder)
         for path in strays:
@@ -151,6 +155,8 @@ class Supervisor:
             self.start(restart=running)
         elif held and not hold:
             self.wake()
+        if before and before != self.textfile():  # the figures no longer go there: node_exporter must not keep exporting them
+            remove_file(before)  # after the restart the change of its unit brings: the old one wrote there until then
         legacy_status = where.get("legacy_status")
         if legacy_status and os.path.lexists(legacy_status) and not supervisor_state.supervisor_pid(
                 supervisor_state.read_status({"status": legacy_status}), where["config"]):
@@ -189,12 +195,20 @@ class Supervisor:
                                where.get("legacy_status")) if p and os.path.lexists(p)]
         return present, os.path.isdir(where["lib"])
 
+    def textfile(self):
+        """The node_exporter file the supervisor's plan on the node writes (its ``textfile``), or None."""
+        try:
+            return ((json.loads(read_text(self.where["config"]) or "{}").get("textfile")) or {}).get("path")
+        except (ValueError, AttributeError):
+            return None
+
     def remove(self):
         """Stop it, then remove every file it wrote, and only those. Returns whether anything was there."""
         present, lib = self.installed()
         if not present and not lib:
             return False
         self.stop()
+        remove_file(self.textfile())  # the figures it wrote for a node_exporter, which must not outlive it
         for path in present:
             os.remove(path)
         for root, dummy, files in os.walk(self.where["lib"], topdown=False):
@@ -207,3 +221,9 @@ class Supervisor:
         if self.systemd:
             self.systemctl("daemon-reload")
         return True
+
+
+def remove_file(path):
+    """Remove ``path`` where it is (a link as the link)."""
+    if path and os.path.lexists(path) and not os.path.isdir(path):
+        os.unlink(path)

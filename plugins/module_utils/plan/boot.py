@@ -123,9 +123,10 @@ HARDENING = ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=read-on
              "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK", "UMask=0077")
 
 
-def unit(cluster, where, firewall_unit=None):
+def unit(cluster, where, firewall_unit=None, textfile=None):
     """The systemd unit: after Docker (and the firewall's unit, which loads the table before Docker starts), sandboxed
-    (HARDENING), writing only its status folder."""
+    (HARDENING), writing only its status folder (and node_exporter's textfile folder, when it writes the figures
+    there; "-": a folder missing does not stop the unit, the supervisor says it is missing)."""
     after = ("local-fs.target docker.service network-online.target nftables.service nvidia-persistenced.service"
              + (" " + firewall_unit if firewall_unit else ""))
     return "\n".join([
@@ -140,7 +141,7 @@ def unit(cluster, where, firewall_unit=None):
         "ExecStart=" + " ".join(command(where)),
         "Restart=on-failure",
         "RestartSec=5",
-        "ReadWritePaths=" + where["status"].rsplit("/", 1)[0]]
+        "ReadWritePaths=" + " ".join([where["status"].rsplit("/", 1)[0]] + (["-" + textfile["path"].rsplit("/", 1)[0]] if textfile else []))]
         + list(HARDENING) + [
         "",
         "[Install]",
@@ -213,10 +214,11 @@ def plan(settings, backend, node, entry, cluster, firewall_unit=None):
               "status": where["status"], "hold": where["hold"], "verified": where["verified"],
               "memory": memory_need(cluster.get("memory"), node, settings),
               "metrics": metrics_config(settings, node, entry["fabric_ip"]),
+              "textfile": monitoring.textfile(settings, node),
               "steps": steps(backend, entry["is_head"], cluster, entry["containers"], entry.get("serve"), entry["paths"],
                              entry.get("firewall"))}
     return {"enabled": bool(settings["boot_start"]), "unit_name": unit_name(settings["cluster_name"]), "paths": where,
-            "unit": unit(settings["cluster_name"], where, firewall_unit), "config": config}
+            "unit": unit(settings["cluster_name"], where, firewall_unit, config["textfile"]), "config": config}
 
 
 def metrics_config(settings, node, address):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.metrics import PREFIX
@@ -45,6 +46,7 @@ DEFAULTS = {
     "kv_cache_full": 0.95,                # vllm:kv_cache_usage_perc at or above which the KV cache counts as full
     "remote_write_url": "",               # a central Prometheus's remote-write receiver; empty: none
     "remote_write_token_file": "",        # on the controller: the bearer token that receiver asks for; empty: none
+    "textfile_dir": "",                   # each node's node_exporter textfile folder: the supervisor writes the figures there
 }
 REMOTE_WRITE_KEY = "remote-write"
 DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
@@ -85,7 +87,24 @@ def settings(given):
     if config["remote_write_token_file"] and not url:
         errors.append("vllm_monitoring_remote_write_token_file is set but vllm_monitoring_remote_write_url is not: set the "
                       "receiver's URL, or leave the token file out")
+    folder = str(config["textfile_dir"])
+    if folder and (not folder.startswith("/") or folder != os.path.normpath(folder) or folder == "/"):
+        errors.append("vllm_monitoring_textfile_dir must be the absolute folder node_exporter's --collector.textfile.directory names "
+                      "on every node (Ubuntu's prometheus-node-exporter: /var/lib/prometheus/node-exporter), got %r" % folder)
     return config, errors
+
+
+def textfile(settings, node):
+    """Where ``node``'s supervisor writes the node's figures for a node_exporter (its textfile collector), or None: a
+    folder given (vllm_monitoring_textfile_dir), the supervisor running, and the node one of those this deployment
+    serves figures for (figures_nodes), whether or not the collection's own Prometheus runs. The file is the
+    deployment's, so deployments sharing a node never write each other's."""
+    watched = settings.get("monitoring") or {}
+    served = watched.get("figures_nodes")
+    if not watched.get("textfile_dir") or not settings.get("boot_start", True) or (served is not None and node not in served):
+        return None
+    return {"path": "%s/dgx_spark_vllm_%s.prom" % (watched["textfile_dir"], settings["cluster_name"]),
+            "labels": {"cluster": settings["cluster_name"], "node": node}}
 
 
 def nodes_served(settings):

@@ -304,6 +304,26 @@ def test_the_module_installs_starts_holds_releases_and_removes_only_its_files(tm
     assert not run_module("vllm_boot", {"boot": {"paths": where, "unit_name": "dgx.service"}, "state": "absent"})["changed"]
 
 
+@pytest.mark.skipif(os.path.isdir("/run/systemd/system"), reason="the module would use this machine's systemd")
+def test_a_moved_or_removed_supervisor_takes_its_node_exporter_file_with_it(tmp_path):
+    """node_exporter exports whatever its textfile folder holds: the file the supervisor wrote goes when the plan
+    moves it elsewhere and when teardown.yml removes the supervisor, and nothing else in that folder is touched."""
+    spec = dict(module_boot(tmp_path), enabled=False)  # installed, not started: the files alone are asked here
+    folder = tmp_path / "node-exporter"
+    folder.mkdir()
+    first, second, theirs = folder / "dgx_spark_vllm_a.prom", folder / "dgx_spark_vllm_b.prom", folder / "their_own.prom"
+    theirs.write_text("# another exporter's\n")
+    spec["config"] = dict(spec["config"], textfile={"path": str(first), "labels": {"cluster": "t", "node": "n"}})
+    assert run_module("vllm_boot", {"boot": spec})["changed"]
+    first.write_text("figures\n")  # as the supervisor writes them
+    assert not run_module("vllm_boot", {"boot": spec})["changed"] and first.exists()
+    moved = dict(spec, config=dict(spec["config"], textfile={"path": str(second), "labels": {"cluster": "t", "node": "n"}}))
+    assert run_module("vllm_boot", {"boot": moved})["changed"] and not first.exists()
+    second.write_text("figures\n")
+    assert run_module("vllm_boot", {"boot": {"paths": moved["paths"], "unit_name": "dgx.service"}, "state": "absent"})["changed"]
+    assert sorted(p.name for p in folder.iterdir()) == ["their_own.prom"]
+
+
 def test_a_boot_known_by_its_paths_only_is_held_without_touching_its_plan(tmp_path):
     """recover.yml holds the supervisor with the paths plan (no profile, boot.installed): the hold is written and the
     node's plan, unit and code stay as they are (it once wrote "null" for the plan, then failed on the missing unit)."""

@@ -2,6 +2,7 @@
 supervisor serves them (captured GB10 meminfo and nvidia-smi output)."""
 
 import http.client
+import os
 
 import pytest
 
@@ -107,6 +108,21 @@ def test_a_central_prometheus_gets_every_series_by_remote_write_with_its_token_f
     assert not [k for k in keyless["keys"] if k["path"].endswith("/keys/remote-write")]
 
 
+def test_a_node_exporter_already_on_the_nodes_gets_their_figures_in_its_textfile_folder(tmp_path):
+    folder = "/var/lib/prometheus/node-exporter"
+    for enabled in (True, False):  # the collection's own Prometheus on or off: the textfile is the node_exporter's
+        plan = only(plan_with(tmp_path, enabled=enabled, textfile_dir=folder))
+        for name, node in plan["nodes"].items():
+            assert node["boot"]["config"]["textfile"] == {"path": folder + "/dgx_spark_vllm_dgx-spark.prom",
+                                                          "labels": {"cluster": "dgx-spark", "node": name}}
+            # Its sandbox may write there (a folder missing does not stop the unit: "-"), and nowhere else new.
+            assert "ReadWritePaths=%s -%s" % (os.path.dirname(node["boot"]["paths"]["status"]), folder) in node["boot"]["unit"].splitlines()
+    for node in only(plan_with(tmp_path))["nodes"].values():
+        assert node["boot"]["config"]["textfile"] is None  # none asked
+    off = only(plan_with(tmp_path, textfile_dir=folder, settings={"boot_start": False}))
+    assert all(node["boot"]["config"]["textfile"] is None for node in off["nodes"].values())  # no supervisor to write it
+
+
 @pytest.mark.parametrize("given,named", [
     ({"scrape_interval": "15"}, "vllm_monitoring_scrape_interval must be a Prometheus duration"),
     ({"listen": "9090"}, "vllm_monitoring_listen must be ADDRESS:PORT"),
@@ -114,6 +130,8 @@ def test_a_central_prometheus_gets_every_series_by_remote_write_with_its_token_f
     ({"kv_cache_full": 95}, "vllm_monitoring_kv_cache_full is a fraction"),
     ({"remote_write_url": "central:9090/api/v1/write"}, "vllm_monitoring_remote_write_url must be the receiver's http:// or https:// URL"),
     ({"remote_write_token_file": "/etc/central.token"}, "vllm_monitoring_remote_write_token_file is set but vllm_monitoring_remote_write_url is not"),
+    ({"textfile_dir": "node-exporter"}, "vllm_monitoring_textfile_dir must be the absolute folder node_exporter's --collector.textfile.directory"),
+    ({"textfile_dir": "/var/lib/prometheus/../node-exporter"}, "got '/var/lib/prometheus/../node-exporter'"),
 ])
 def test_bad_settings_are_refused_by_name(tmp_path, given, named):
     plan = plan_with(tmp_path, **given)
@@ -223,3 +241,28 @@ def test_a_new_token_for_the_central_prometheus_is_written_again():
         return monitoring.plan(config, "lab", "/f", [], [], 0, 0, {}, token_digest)["container"]["labels"]["dgx_spark.vllm.config_hash"]
 
     assert config_hash("aaaa") == config_hash("aaaa") != config_hash("bbbb")
+
+
+def test_the_supervisor_writes_the_figures_whole_where_node_exporter_reads_them_never_through_a_link(tmp_path):
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
+
+    folder = tmp_path / "node-exporter"
+    config = {"textfile": {"path": str(folder / "dgx_spark_vllm_lab.prom"), "labels": {"cluster": "lab", "node": "spark1"}}}
+    said = supervisor.write_textfile(config, FakeOps(), {"state": "serving"})
+    assert "the folder is missing (is node_exporter's textfile collector set up?)" in said and not folder.exists()
+    folder.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("untouched\n")
+    os.symlink(elsewhere, config["textfile"]["path"])  # planted where the file goes: replaced, never written through
+    assert supervisor.write_textfile(config, FakeOps(), {"state": "serving"}) is None
+    written = folder / "dgx_spark_vllm_lab.prom"
+    assert not written.is_symlink() and elsewhere.read_text() == "untouched\n"
+    assert (written.stat().st_mode & 0o777) == 0o644 and [p.name for p in folder.iterdir()] == [written.name]
+    figures = parse(written.read_text())
+    assert figures['dgx_spark_supervisor_state{cluster="lab",node="spark1",state="serving"}'] == 1
+    assert figures['dgx_spark_memory_total_bytes{cluster="lab",node="spark1"}'] > 0  # the captured GB10's meminfo
+    # The plan moved the file (or dropped it): the one this supervisor wrote goes at its next look.
+    memo = {}
+    assert supervisor.write_textfile(config, FakeOps(), {"state": "serving"}, memo) is None
+    assert supervisor.write_textfile({"textfile": None}, FakeOps(), {}, memo) is None
+    assert not written.exists() and list(folder.iterdir()) == []
