@@ -44,15 +44,17 @@ def apply(planned, run, check=False, reload=False, systemd=None):
         return [], False, False, refused
     for entry in stale:
         supervisor.write_text(entry["path"], entry["content"], int(entry["mode"], 8))
-    if relink:
-        if os.path.lexists(planned["wants"]):
-            os.remove(planned["wants"])
+    systemd = systemd_runs() if systemd is None else systemd
+    if relink and os.path.lexists(planned["wants"]):
+        os.remove(planned["wants"])  # a link elsewhere, or a file: made anew
+    if relink and not systemd:  # a node without systemd: the link its [Install] section asks for, by hand
         os.makedirs(os.path.dirname(planned["wants"]), exist_ok=True)
         os.symlink(unit["path"], planned["wants"])
-    if (unit in stale or relink) and (systemd_runs() if systemd is None else systemd):
-        rc, out, err = run(["systemctl", "daemon-reload"])
-        if rc != 0:
-            return [f["path"] for f in stale], relink, False, "systemctl daemon-reload failed: %s" % (err or out).strip()
+    if (unit in stale or relink) and systemd:
+        for argv in [["systemctl", "daemon-reload"]] + ([["systemctl", "enable", os.path.basename(unit["path"])]] if relink else []):
+            rc, out, err = run(argv)
+            if rc != 0:
+                return [f["path"] for f in stale], relink, False, "%s failed: %s" % (" ".join(argv), (err or out).strip())
     rc, out, err = run([NFT, "-f", rules["path"]])
     if rc != 0:
         return [f["path"] for f in stale], relink, False, "%s -f %s failed: %s" % (NFT, rules["path"], (err or out).strip())

@@ -137,7 +137,9 @@ class Supervisor:
         for path, content, mode in stale:
             supervisor.write_text(path, content, mode)
         os.makedirs(os.path.dirname(where["status"]), mode=0o755, exist_ok=True)  # the one folder its unit lets it write
-        if relink and enabled:
+        if relink and self.systemd:  # systemd links it as the unit's [Install] says (multi-user.target.wants)
+            self.systemctl("enable" if enabled else "disable", self.plan["unit_name"])
+        elif relink and enabled:  # a node without systemd: the same link, by hand
             os.makedirs(os.path.dirname(where["wants"]), exist_ok=True)
             os.symlink(where["unit"], where["wants"])
         elif relink:

@@ -20,9 +20,14 @@ class Nft:
 
     def __init__(self, rc=0, refuses=None):
         self.rc, self.refuses, self.calls, self.listing, self.checked = rc, refuses, [], None, []
+        self.units = {}  # {unit name: (its file, its multi-user.target.wants link)} systemctl enable links
 
     def __call__(self, argv):
         self.calls.append(argv)
+        if argv[:2] == ["systemctl", "enable"] and argv[2] in self.units:  # as systemd does: the link [Install] asks for
+            unit, wants = self.units[argv[2]]
+            os.makedirs(os.path.dirname(wants), exist_ok=True)
+            os.symlink(unit, wants)
         if argv[0] == "systemctl":
             return 0, "", ""
         if argv[1] == "-c":
@@ -82,14 +87,19 @@ def test_a_ruleset_nft_would_refuse_never_replaces_the_one_that_loads_at_boot(tm
 
 def test_where_systemd_runs_it_is_told_of_a_new_or_enabled_unit_and_only_then(tmp_path):
     plan, nft = planned(tmp_path), Nft()
+    name = os.path.basename(plan["files"][1]["path"])
+    nft.units[name] = (plan["files"][1]["path"], plan["wants"])
     firewall.apply(plan, nft, systemd=True)
-    assert nft.calls.count(["systemctl", "daemon-reload"]) == 1
+    assert nft.calls.count(["systemctl", "daemon-reload"]) == 1 and nft.calls.count(["systemctl", "enable", name]) == 1
+    assert os.path.realpath(plan["wants"]) == os.path.realpath(plan["files"][1]["path"])  # systemd made the boot link
     wider = planned(tmp_path, ("10.210.0.10", "10.210.0.11", "10.210.0.12"))
     firewall.apply(wider, nft, systemd=True)  # only the ruleset changed: the unit systemd knows is the same
-    assert nft.calls.count(["systemctl", "daemon-reload"]) == 1
+    assert nft.calls.count(["systemctl", "daemon-reload"]) == 1 and nft.calls.count(["systemctl", "enable", name]) == 1
     os.remove(wider["wants"])  # disabled by hand
     firewall.apply(wider, nft, systemd=True)
-    assert nft.calls.count(["systemctl", "daemon-reload"]) == 2
+    assert nft.calls.count(["systemctl", "daemon-reload"]) == 2 and nft.calls.count(["systemctl", "enable", name]) == 2
+    assert os.path.islink(wider["wants"])
+    assert firewall.apply(wider, nft, systemd=True)[1] is False  # enabled again: nothing to link
 
 
 def test_a_table_flushed_or_changed_under_the_cluster_is_seen_and_loaded_again(tmp_path):
