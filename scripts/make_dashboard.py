@@ -56,6 +56,12 @@ def build():
     built["__inputs"] = INPUTS
     for variable in built["templating"]["list"]:
         variable.pop("id", None)  # the SDK gives every variable the same zero id; Grafana names them by name
+        for key in ("auto", "auto_count", "auto_min"):  # an interval variable's; Grafana's schema has none of them here
+            variable.pop(key, None)
+    built.pop("style", None)  # the theme Grafana dropped from its dashboards (the user's preference now)
+    for panel in built["panels"]:  # the SDK writes options it was given none of as null, which Grafana's schema refuses
+        for key in [k for k, v in panel.items() if v is None]:
+            del panel[key]
     return json.dumps(built, sort_keys=True, indent=2) + "\n"
 
 

@@ -2,6 +2,7 @@
 # Set-up of a machine for this collection. Idempotent; every step is skipped when already done.
 #   - .venv with the pinned Python requirements (requirements-dev.txt, which includes requirements-test.txt and requirements.txt)
 #   - Docker (Debian's docker.io) with a running daemon, and debootstrap for the simulated cluster
+#   - Grafana's published dashboard types and TypeScript (tests/static/grafana-schema, from its lock file)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,6 +35,7 @@ command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)       # Ansible reaches the simulated nodes over SSH
 command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)       # each simulated node's Docker daemon in its namespaces
+command -v npm >/dev/null 2>&1 || missing+=(npm)                  # Grafana's dashboard types, for the dashboard's schema check
 if [ ${#missing[@]} -gt 0 ]; then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -71,4 +73,16 @@ else
   done
   docker info >/dev/null 2>&1 || die "dockerd did not answer within 60 s; see /var/log/dockerd.log"
   say "docker daemon answers"
+fi
+
+# 4. Grafana's dashboard types and the compiler that checks the shipped dashboard against them (tests/static/
+#    test_dashboard.py), exactly as the lock file names them; again only when the lock file changes.
+schema=tests/static/grafana-schema
+want=$(sha256sum "$schema/package-lock.json" | cut -d' ' -f1)
+if [ "$(cat "$schema/node_modules/.lock.sha256" 2>/dev/null)" != "$want" ]; then
+  say "installing Grafana's dashboard types into $schema"
+  (cd "$schema" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "$want" > "$schema/node_modules/.lock.sha256"
+else
+  say "$schema is up to date"
 fi

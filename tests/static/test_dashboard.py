@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 
 import yaml
 
@@ -13,6 +14,7 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GRAFANA = os.path.join(ROOT, "roles", "monitoring", "files", "grafana")
+SCHEMA = os.path.join(ROOT, "tests", "static", "grafana-schema")  # Grafana's published types, installed by make setup
 
 
 def load_script():
@@ -73,3 +75,32 @@ def test_the_provisioned_datasource_is_a_prometheus():
     with open(os.path.join(GRAFANA, "provisioning", "datasources", "dgx-spark-vllm.yml"), encoding="utf-8") as handle:
         provisioned = yaml.safe_load(handle)["datasources"][0]
     assert provisioned["type"] == "prometheus"
+
+
+def type_errors(board, folder):
+    """What TypeScript says of ``board`` (its import inputs aside, which Grafana's import consumes) as Grafana's own
+    Dashboard type, from the @grafana/schema package Grafana publishes (generated from its dashboard schema). Object
+    literals are checked strictly: a key the schema does not know is an error, as a wrong type or a null is."""
+    source = os.path.join(folder, "board.ts")
+    with open(source, "w", encoding="utf-8") as handle:
+        handle.write('import type { Dashboard } from "%s";\nconst board: Dashboard = %s;\nexport default board;\n'
+                     % (os.path.join(SCHEMA, "node_modules", "@grafana", "schema", "dist", "types", "raw", "dashboard", "x", "types.gen"),
+                        json.dumps({k: v for k, v in board.items() if not k.startswith("__")}, indent=1)))
+    compiler = os.path.join(SCHEMA, "node_modules", ".bin", "tsc")
+    assert os.path.exists(compiler), "Grafana's dashboard types are missing from %s: run make setup" % SCHEMA
+    done = subprocess.run([compiler, "--noEmit", "--strict", "--skipLibCheck", source], capture_output=True, text=True, check=False,
+                          cwd=folder)
+    return done.stdout + done.stderr
+
+
+def test_the_dashboard_is_a_dashboard_by_the_schema_grafana_publishes(tmp_path):
+    with open(os.path.join(GRAFANA, "dashboards", "dgx-spark-vllm.json"), encoding="utf-8") as handle:
+        board = json.load(handle)
+    assert type_errors(board, str(tmp_path)) == ""
+    # The same check refuses what Grafana's schema does not know, and a wrong type.
+    wrong = json.loads(json.dumps(board))
+    wrong["panels"][0]["datasourceUid"] = "dgx-spark-prometheus"
+    assert "'\"datasourceUid\"' does not exist in type 'Panel'" in type_errors(wrong, str(tmp_path))
+    wrong = json.loads(json.dumps(board))
+    wrong["refresh"] = 30
+    assert "error TS2322" in type_errors(wrong, str(tmp_path))
