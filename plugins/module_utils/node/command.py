@@ -163,3 +163,16 @@ class Batch:
                 self.answers[key] = collect(self.started[key])
             return self.answers[key]
         return self.fallback(argv)
+
+
+def write_text(path, text, mode=0o644):
+    """Write ``text`` to ``path`` whole or not at all (a reader never sees half a file), making its folder."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temp = path + ".tmp"
+    if os.path.lexists(temp):
+        os.remove(temp)
+    # Made readable by its owner only, then given its mode: a secret is never readable by others, not even half-written.
+    with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(temp, mode)
+    os.replace(temp, path)

@@ -10,8 +10,11 @@ already on the node reads them (its textfile collector; the plan's ``textfile``)
 
 from __future__ import annotations
 
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import write_text
 
 PREFIX = "dgx_spark_"
 
@@ -58,6 +61,28 @@ def textfile_text(config, ops, shared):
     except (OSError, ValueError, KeyError):
         fact = {}
     return node_metrics(fact, shared.get("state"), wanted["labels"])
+
+
+def write_textfile(config, ops, shared, memo=None):
+    """The node's figures written whole where the plan's node_exporter reads them (metrics.textfile_text); a failure is
+    returned to be said once, and tried again every look. Where the plan moved or dropped the file since this
+    supervisor last wrote it (``memo``), the one it wrote goes: node_exporter would export its last figures forever."""
+    memo = {} if memo is None else memo
+    last, wanted = memo.get("textfile"), (config.get("textfile") or {}).get("path")
+    if last and last != wanted and os.path.lexists(last) and not os.path.isdir(last):
+        os.unlink(last)
+    memo["textfile"] = wanted
+    text = textfile_text(config, ops, shared)
+    if text is None:
+        return None
+    folder = os.path.dirname(config["textfile"]["path"])
+    if not os.path.isdir(folder):  # node_exporter's own folder: made by its package, never by the supervisor
+        return "cannot write the node's figures to %s: the folder is missing (is node_exporter's textfile collector set up?)" % folder
+    try:
+        write_text(config["textfile"]["path"], text, 0o644)
+    except OSError as exc:
+        return "cannot write the node's figures to %s: %s" % (config["textfile"]["path"], exc.strerror or exc)
+    return None
 
 
 def serve_metrics(config, ops, shared, server=None):

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import command, completion, firewall_state, metrics
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import write_text  # also supervisor.write_text to its callers
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory
 
@@ -273,41 +274,6 @@ def record(status, state, detail, did, now, pid):
     return status
 
 
-def write_text(path, text, mode=0o644):
-    """Write ``text`` to ``path`` whole or not at all (a reader never sees half a file), making its folder."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    temp = path + ".tmp"
-    if os.path.lexists(temp):
-        os.remove(temp)
-    # Made readable by its owner only, then given its mode: a secret is never readable by others, not even half-written.
-    with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(temp, mode)
-    os.replace(temp, path)
-
-
-def write_textfile(config, ops, shared, memo=None):
-    """The node's figures written whole where the plan's node_exporter reads them (metrics.textfile_text); a failure is
-    returned to be said once, and tried again every look. Where the plan moved or dropped the file since this
-    supervisor last wrote it (``memo``), the one it wrote goes: node_exporter would export its last figures forever."""
-    memo = {} if memo is None else memo
-    last, wanted = memo.get("textfile"), (config.get("textfile") or {}).get("path")
-    if last and last != wanted and os.path.lexists(last) and not os.path.isdir(last):
-        os.unlink(last)
-    memo["textfile"] = wanted
-    text = metrics.textfile_text(config, ops, shared)
-    if text is None:
-        return None
-    folder = os.path.dirname(config["textfile"]["path"])
-    if not os.path.isdir(folder):  # node_exporter's own folder: made by its package, never by the supervisor
-        return "cannot write the node's figures to %s: the folder is missing (is node_exporter's textfile collector set up?)" % folder
-    try:
-        write_text(config["textfile"]["path"], text, 0o644)
-    except OSError as exc:
-        return "cannot write the node's figures to %s: %s" % (config["textfile"]["path"], exc.strerror or exc)
-    return None
-
-
 def write_status(path, status):
     write_text(path, json.dumps(status, indent=2, sort_keys=True))
 
@@ -351,7 +317,7 @@ def main(argv=None, ops=None, sleep=None, rounds=None):
         server = metrics.serve_metrics(config, ops, shared, server)
         state, detail, did = look(config, ops, memo)
         shared["state"] = state
-        problem = shared.pop("metrics_error", None) or write_textfile(config, ops, shared, memo)
+        problem = shared.pop("metrics_error", None) or metrics.write_textfile(config, ops, shared, memo)
         if problem and problem != memo.get("metrics_said"):  # a port taken: said once, tried again every look
             did = "; ".join(filter(None, [did, problem]))
         memo["metrics_said"] = problem

@@ -244,17 +244,15 @@ def test_a_new_token_for_the_central_prometheus_is_written_again():
 
 
 def test_the_supervisor_writes_the_figures_whole_where_node_exporter_reads_them_never_through_a_link(tmp_path):
-    from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import supervisor
-
     folder = tmp_path / "node-exporter"
     config = {"textfile": {"path": str(folder / "dgx_spark_vllm_lab.prom"), "labels": {"cluster": "lab", "node": "spark1"}}}
-    said = supervisor.write_textfile(config, FakeOps(), {"state": "serving"})
+    said = metrics.write_textfile(config, FakeOps(), {"state": "serving"})
     assert "the folder is missing (is node_exporter's textfile collector set up?)" in said and not folder.exists()
     folder.mkdir()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.write_text("untouched\n")
     os.symlink(elsewhere, config["textfile"]["path"])  # planted where the file goes: replaced, never written through
-    assert supervisor.write_textfile(config, FakeOps(), {"state": "serving"}) is None
+    assert metrics.write_textfile(config, FakeOps(), {"state": "serving"}) is None
     written = folder / "dgx_spark_vllm_lab.prom"
     assert not written.is_symlink() and elsewhere.read_text() == "untouched\n"
     assert (written.stat().st_mode & 0o777) == 0o644 and [p.name for p in folder.iterdir()] == [written.name]
@@ -263,6 +261,6 @@ def test_the_supervisor_writes_the_figures_whole_where_node_exporter_reads_them_
     assert figures['dgx_spark_memory_total_bytes{cluster="lab",node="spark1"}'] > 0  # the captured GB10's meminfo
     # The plan moved the file (or dropped it): the one this supervisor wrote goes at its next look.
     memo = {}
-    assert supervisor.write_textfile(config, FakeOps(), {"state": "serving"}, memo) is None
-    assert supervisor.write_textfile({"textfile": None}, FakeOps(), {}, memo) is None
+    assert metrics.write_textfile(config, FakeOps(), {"state": "serving"}, memo) is None
+    assert metrics.write_textfile({"textfile": None}, FakeOps(), {}, memo) is None
     assert not written.exists() and list(folder.iterdir()) == []

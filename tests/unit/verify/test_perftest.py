@@ -72,7 +72,7 @@ def test_the_json_result_is_read_before_the_table_and_the_table_is_the_fallback(
     assert perftest.result(GBITS.replace("97.85", "10.00"), JSON_ON_STDERR)["average_gbps"] == 97.85
     assert perftest.result(GBITS, "")["average_gbps"] == 97.85
     assert perftest.result(GBITS, "failed to open /dev/stderr\n")["average_gbps"] == 97.85
-    assert perftest.parse_json(JSON_ON_STDERR.split('"results"')[0]) is None  # cut off: no result, no exception
+    assert perftest.parse_json(JSON_ON_STDERR.split('"results"', maxsplit=1)[0]) is None  # cut off: no result, no exception
     assert perftest.result("", "") is None
 
 
