@@ -143,6 +143,7 @@ def main():
                            supports_check_mode=True)
     params = module.params
     try:
+        node_files.remove(params["absent"], check=True)  # a folder there is refused before anything is written
         made, written, before = node_files.apply(params["folders"], params["files"] + params["secret_files"], module.check_mode)
         removed = node_files.remove(params["absent"], module.check_mode)
     except (OSError, KeyError, ValueError) as exc:

@@ -165,14 +165,32 @@ class Batch:
         return self.fallback(argv)
 
 
-def write_text(path, text, mode=0o644):
-    """Write ``text`` to ``path`` whole or not at all (a reader never sees half a file), making its folder."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    temp = path + ".tmp"
-    if os.path.lexists(temp):
-        os.remove(temp)
-    # Made readable by its owner only, then given its mode: a secret is never readable by others, not even half-written.
-    with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(temp, mode)
-    os.replace(temp, path)
+def write_text(path, text, mode=0o644, strict_folder=False):
+    """Write ``text`` to ``path`` whole or not at all (a reader never sees half a file), making its folder. Everything
+    happens in the folder opened once (a descriptor): the temporary file is made anew, never through a link, and given
+    its mode on the open file, so whoever can write in that folder cannot turn root's writes elsewhere. With
+    ``strict_folder`` (a folder another user owns, node_exporter's), the folder is never made, must not be a link, and
+    must not be writable by its group or others; ValueError says why when it is."""
+    where, name = os.path.split(path)
+    if strict_folder:
+        folder = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        if os.fstat(folder).st_mode & 0o022:
+            os.close(folder)
+            raise ValueError("%s can be written by its group or by others: make it 0755 (chmod go-w %s)" % (where, where))
+    else:
+        os.makedirs(where, exist_ok=True)
+        folder = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
+    temp = name + ".tmp"
+    try:
+        try:
+            os.unlink(temp, dir_fd=folder)
+        except FileNotFoundError:
+            pass
+        # Readable by its owner only until it is whole: a secret is never readable by others, not even half-written.
+        with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder), "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+        os.replace(temp, name, src_dir_fd=folder, dst_dir_fd=folder)
+    finally:
+        os.close(folder)

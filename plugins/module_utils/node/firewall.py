@@ -54,7 +54,8 @@ def apply(planned, run, check=False, reload=False, systemd=None):
         for argv in [["systemctl", "daemon-reload"]] + ([["systemctl", "enable", os.path.basename(unit["path"])]] if relink else []):
             rc, out, err = run(argv)
             if rc != 0:
-                return [f["path"] for f in stale], relink, False, "%s failed: %s" % (" ".join(argv), (err or out).strip())
+                return [f["path"] for f in stale], relink, False, "%s failed: %s%s" % (
+                    " ".join(argv), (err or out).strip(), "; the unit is not enabled at boot until serve.yml runs again" if relink else "")
     rc, out, err = run([NFT, "-f", rules["path"]])
     if rc != 0:
         return [f["path"] for f in stale], relink, False, "%s -f %s failed: %s" % (NFT, rules["path"], (err or out).strip())

@@ -64,24 +64,29 @@ def textfile_text(config, ops, shared):
 
 
 def write_textfile(config, ops, shared, memo=None):
-    """The node's figures written whole where the plan's node_exporter reads them (metrics.textfile_text); a failure is
-    returned to be said once, and tried again every look. Where the plan moved or dropped the file since this
-    supervisor last wrote it (``memo``), the one it wrote goes: node_exporter would export its last figures forever."""
+    """The node's figures written whole where the plan's node_exporter reads them (textfile_text), in a folder that is
+    node_exporter's (never made here, never a link, not writable by its group or others); a failure is returned to be
+    said once, and tried again every look. Where the plan moved or dropped the file since this supervisor last wrote it
+    (``memo``), the one it wrote goes: node_exporter would export its last figures forever."""
     memo = {} if memo is None else memo
     last, wanted = memo.get("textfile"), (config.get("textfile") or {}).get("path")
-    if last and last != wanted and os.path.lexists(last) and not os.path.isdir(last):
-        os.unlink(last)
+    if last and last != wanted:
+        try:
+            if os.path.lexists(last) and not os.path.isdir(last):
+                os.unlink(last)
+        except OSError as exc:
+            return "cannot remove the node's figures from %s: %s" % (last, exc.strerror or exc)
     memo["textfile"] = wanted
     text = textfile_text(config, ops, shared)
     if text is None:
         return None
-    folder = os.path.dirname(config["textfile"]["path"])
+    folder = os.path.dirname(wanted)
     if not os.path.isdir(folder):  # node_exporter's own folder: made by its package, never by the supervisor
         return "cannot write the node's figures to %s: the folder is missing (is node_exporter's textfile collector set up?)" % folder
     try:
-        write_text(config["textfile"]["path"], text, 0o644)
-    except OSError as exc:
-        return "cannot write the node's figures to %s: %s" % (config["textfile"]["path"], exc.strerror or exc)
+        write_text(wanted, text, 0o644, strict_folder=True)
+    except (OSError, ValueError) as exc:
+        return "cannot write the node's figures to %s: %s" % (wanted, getattr(exc, "strerror", None) or exc)
     return None
 
 

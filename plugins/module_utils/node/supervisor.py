@@ -317,7 +317,7 @@ def main(argv=None, ops=None, sleep=None, rounds=None):
         server = metrics.serve_metrics(config, ops, shared, server)
         state, detail, did = look(config, ops, memo)
         shared["state"] = state
-        problem = shared.pop("metrics_error", None) or metrics.write_textfile(config, ops, shared, memo)
+        problem = "; ".join(filter(None, [shared.pop("metrics_error", None), metrics.write_textfile(config, ops, shared, memo)])) or None
         if problem and problem != memo.get("metrics_said"):  # a port taken: said once, tried again every look
             did = "; ".join(filter(None, [did, problem]))
         memo["metrics_said"] = problem

@@ -69,8 +69,8 @@ def probe_args(inputs, settings, result, node, paths):
             "image": settings["image"], "read_image": head,
             "image_cache_dir": paths["image_info_cache"], "gpus": result["image"]["gpus"], "containers": [container],
             "serve_container": container, "serve_state_file_host": paths["vllm_state_file"],
-            "models_dir": paths["models_dir"], "model": result["model"]["id"],
-            "revision": result["model"]["revision"], "paths": probe_paths(paths) + boot.probe_paths(supervisor),
+            "models_dir": paths["models_dir"], "model": result["model"]["id"], "revision": result["model"]["revision"],
+            "paths": probe_paths(paths) + boot.probe_paths(supervisor) + [f for f in [settings["monitoring"].get("textfile_dir")] if f],
             "records": [paths[key] for dummy, key in records.RECORDS] if node in records.keepers(result["nodes_order"]) else [],
             "supervisor": {"paths": supervisor, "unit_name": boot.unit_name(settings["cluster_name"])},
             "kept_reference": records.kept_reference(settings["cluster_name"]), "devices": device_paths(settings),
@@ -124,7 +124,7 @@ def plan_deployment(inputs, stage="full"):
     inputs = copy.deepcopy(inputs)
     settings = inputs["settings"] = normalize_settings(inputs.get("settings"))
     findings = Findings()
-    settings["monitoring"], wrong = monitoring.settings(settings.get("monitoring"))
+    settings["monitoring"], wrong = monitoring.settings(settings.get("monitoring"), monitoring.reserved(settings))
     for message in wrong:
         findings.error("all", None, message)
     if settings["monitoring"]["enabled"] and not settings["boot_start"]:
@@ -209,6 +209,7 @@ def plan_deployment(inputs, stage="full"):
     for name in order:
         nodes_check.check_node(name, inputs["nodes"][name], settings, [c["name"] for c in result["nodes"][name]["containers"]],
                                result["nodes"][name]["ports"], findings)
+        monitoring.check_textfile(name, inputs["nodes"][name], settings, findings)
     for name in order if settings["firewall"] else []:
         firewall.check(name, inputs["nodes"][name], findings)
     nodes_check.check_balance(order, inputs["nodes"], settings, findings)

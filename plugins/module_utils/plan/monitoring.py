@@ -57,8 +57,17 @@ DATA_MOUNT = "/prometheus"
 DATA_UID = 65534   # Prometheus's images run as nobody
 
 
-def settings(given):
-    """The monitoring settings: the defaults overlaid with the given ones (null keeps the default), and the errors."""
+# Folders node_exporter's textfile collector may not be: the system's own, which the supervisor's sandbox keeps
+# read-only (a folder given becomes writable to it), and Docker's data. The collection's state and models folders are
+# added by the caller.
+SYSTEM_FOLDERS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/proc", "/sys", "/dev", "/run", "/root", "/home",
+                  "/var/lib/docker", "/var/run", "/opt")
+SAFE_FOLDER = re.compile(r"^/[A-Za-z0-9._/+-]+$")  # no space, %, backslash or control character: a unit line takes it as is
+
+
+def settings(given, reserved=()):
+    """The monitoring settings: the defaults overlaid with the given ones (null keeps the default), and the errors.
+    ``reserved``: (folder, what it is) pairs the textfile folder may not hold or be held by (the state, the models)."""
     config = dict(DEFAULTS)
     config.update({k: v for k, v in (given or {}).items() if v is not None and v != ""})
     errors = []
@@ -88,9 +97,19 @@ def settings(given):
         errors.append("vllm_monitoring_remote_write_token_file is set but vllm_monitoring_remote_write_url is not: set the "
                       "receiver's URL, or leave the token file out")
     folder = str(config["textfile_dir"])
-    if folder and (not folder.startswith("/") or folder != os.path.normpath(folder) or folder == "/"):
+    if folder and (not SAFE_FOLDER.match(folder) or folder != os.path.normpath(folder) or folder == "/"):
         errors.append("vllm_monitoring_textfile_dir must be the absolute folder node_exporter's --collector.textfile.directory names "
-                      "on every node (Ubuntu's prometheus-node-exporter: /var/lib/prometheus/node-exporter), got %r" % folder)
+                      "on every node, in letters, digits and ._+- (Ubuntu's prometheus-node-exporter: /var/lib/prometheus/node-exporter), "
+                      "got %r" % folder)
+    elif folder:
+        def inside(one, other):
+            return one == other or one.startswith(other.rstrip("/") + "/")
+        # In a system folder, or holding or held by a reserved one: the supervisor, root, could write there.
+        clash = [(other, what) for other, what in [(f, "a system folder") for f in SYSTEM_FOLDERS] + list(reserved)
+                 if other and (inside(folder, other) or (what != "a system folder" and inside(other, folder)))]
+        if clash:
+            errors.append("vllm_monitoring_textfile_dir %r overlaps %s (%s): the supervisor, root, writes there; give node_exporter's "
+                          "own textfile folder (Ubuntu's: /var/lib/prometheus/node-exporter)" % ((folder,) + clash[0]))
     return config, errors
 
 
@@ -105,6 +124,23 @@ def textfile(settings, node):
         return None
     return {"path": "%s/dgx_spark_vllm_%s.prom" % (watched["textfile_dir"], settings["cluster_name"]),
             "labels": {"cluster": settings["cluster_name"], "node": node}}
+
+
+def reserved(settings):
+    """The collection's own folders the textfile folder may not overlap: (folder, what it is)."""
+    return [(str(settings.get(key) or "").split("{node}")[0].rstrip("/"), what)
+            for key, what in (("state_dir", "the collection's state folder"), ("models_dir", "the models folder"))]
+
+
+def check_textfile(name, facts, settings, findings):
+    """Refuse, before any change, a node where node_exporter's textfile folder (vllm_monitoring_textfile_dir) is not a
+    folder: the supervisor's sandbox takes the folder as it is when it starts, and never makes it."""
+    folder = (settings.get("monitoring") or {}).get("textfile_dir")
+    found = facts.get("state")
+    if folder and found is not None and settings.get("boot_start", True) and found.get(folder) != "dir":
+        findings.error(name, folder, "%s: vllm_monitoring_textfile_dir %s is not a folder there; install node_exporter with its textfile "
+                       "collector (Ubuntu: apt install prometheus-node-exporter makes /var/lib/prometheus/node-exporter), or give the "
+                       "folder it reads" % (name, folder))
 
 
 def nodes_served(settings):

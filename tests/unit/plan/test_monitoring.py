@@ -119,6 +119,12 @@ def test_a_node_exporter_already_on_the_nodes_gets_their_figures_in_its_textfile
             assert "ReadWritePaths=%s -%s" % (os.path.dirname(node["boot"]["paths"]["status"]), folder) in node["boot"]["unit"].splitlines()
     for node in only(plan_with(tmp_path))["nodes"].values():
         assert node["boot"]["config"]["textfile"] is None  # none asked
+    # The probe reads the folder on every node; a node where it is not a folder is refused, named, before any change.
+    probes = {"dgx-spark": {"spark1": {"state": {folder: "dir"}, "containers": []}, "spark2": {"state": {folder: None}, "containers": []}}}
+    refused = plan_with(tmp_path, probes, textfile_dir=folder)
+    assert not refused["ok"] and any(e["message"].startswith("spark2: vllm_monitoring_textfile_dir %s is not a folder there" % folder)
+                                     for e in refused["errors"]), refused["errors"]
+    assert not any(e["message"].startswith("spark1:") and "textfile" in e["message"] for e in refused["errors"])
     off = only(plan_with(tmp_path, textfile_dir=folder, settings={"boot_start": False}))
     assert all(node["boot"]["config"]["textfile"] is None for node in off["nodes"].values())  # no supervisor to write it
 
@@ -132,6 +138,10 @@ def test_a_node_exporter_already_on_the_nodes_gets_their_figures_in_its_textfile
     ({"remote_write_token_file": "/etc/central.token"}, "vllm_monitoring_remote_write_token_file is set but vllm_monitoring_remote_write_url is not"),
     ({"textfile_dir": "node-exporter"}, "vllm_monitoring_textfile_dir must be the absolute folder node_exporter's --collector.textfile.directory"),
     ({"textfile_dir": "/var/lib/prometheus/../node-exporter"}, "got '/var/lib/prometheus/../node-exporter'"),
+    ({"textfile_dir": "/var/lib/node exporter"}, "in letters, digits and ._+-"),
+    ({"textfile_dir": "/etc/node-exporter"}, "'/etc/node-exporter' overlaps /etc (a system folder)"),
+    ({"textfile_dir": "/var/lib/dgx-spark-vllm/metrics"}, "overlaps /var/lib/dgx-spark-vllm (the collection's state folder)"),
+    ({"textfile_dir": "/var/lib"}, "'/var/lib' overlaps /var/lib/dgx-spark-vllm (the collection's state folder)"),
 ])
 def test_bad_settings_are_refused_by_name(tmp_path, given, named):
     plan = plan_with(tmp_path, **given)
@@ -264,3 +274,13 @@ def test_the_supervisor_writes_the_figures_whole_where_node_exporter_reads_them_
     assert metrics.write_textfile(config, FakeOps(), {"state": "serving"}, memo) is None
     assert metrics.write_textfile({"textfile": None}, FakeOps(), {}, memo) is None
     assert not written.exists() and list(folder.iterdir()) == []
+    # A folder others can write (they could race root's writes there), or a link in its place, is refused by name.
+    os.chmod(folder, 0o777)
+    said = metrics.write_textfile(config, FakeOps(), {"state": "serving"})
+    assert "can be written by its group or by others: make it 0755" in said and list(folder.iterdir()) == []
+    os.chmod(folder, 0o755)
+    moved = tmp_path / "moved"
+    folder.rename(moved)
+    folder.symlink_to(moved)
+    assert "cannot write the node's figures" in metrics.write_textfile(config, FakeOps(), {"state": "serving"})
+    assert list(moved.iterdir()) == []
