@@ -63,8 +63,7 @@ def probe_args(inputs, settings, result, node, paths):
     whole on the head), containers, vLLM's state, model, the state files the plan would write and the supervisor's, the
     head's record, the kept image tags, the devices, the head's Ray and its name to resolve, the disk a launch writes."""
     head, ray = node == result["head"], inputs.get("backend") == "ray"
-    container = container_name(settings, "ray" if ray else "vllm", node)
-    supervisor = boot.paths(paths["state_dir"], settings["cluster_name"])
+    container, supervisor = container_name(settings, "ray" if ray else "vllm", node), boot.paths(paths["state_dir"], settings["cluster_name"])
     args = {"gpu_memory_utilization": result["gpu_memory_utilization"], "memory_need": memory_need(inputs),
             "image": settings["image"], "read_image": head,
             "image_cache_dir": paths["image_info_cache"], "gpus": result["image"]["gpus"], "containers": [container],
