@@ -882,7 +882,10 @@ def test_foreign_programs_on_our_ports_are_refused_and_page_cache_is_dropped(cli
     on_host = node_docker_exec("sim-head", ["sh", "-c", "test ! -e /planted-ran && ls " + STATE + "/logs"]).split()
     assert "vllm.log" in on_host and "planted.log" not in on_host, on_host  # nothing planted ran; the link was not followed
     sim("faults-sim-foreign", {"stale_ray": ["sim-head"], "foreign_port": {"sim-head": 8100}})
-    time.sleep(3)
+    # Both foreign programs listening before the probe looks: a Ray head takes seconds to open 6379, more on a busy machine.
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not {6379, 8100} <= set(listening("sim-head")):
+        time.sleep(1)
     rc, out = playbook("serve", "-e", "vllm_port=8100", log="faults-serve-port")  # a vllm_port of the user's choice
     assert rc != 0
     assert "sim-head: port(s) 6379, 8100 are held by a program this collection did not start" in out

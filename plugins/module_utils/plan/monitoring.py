@@ -128,7 +128,7 @@ def textfile(settings, node):
 
 def reserved(settings):
     """The collection's own folders the textfile folder may not overlap: (folder, what it is)."""
-    return [(str(settings.get(key) or "").split("{node}")[0].rstrip("/"), what)
+    return [(str(settings.get(key) or "").split("{node}", maxsplit=1)[0].rstrip("/"), what)
             for key, what in (("state_dir", "the collection's state folder"), ("models_dir", "the models folder"))]
 
 
