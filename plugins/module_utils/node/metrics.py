@@ -41,26 +41,25 @@ def node_metrics(fact, supervisor_state, labels):
     return "\n".join(lines) + "\n"
 
 
-def metrics_text(config, ops, shared):
-    """What the node's /metrics answers: its figures now, and the supervisor's last state."""
+def figures_now(ops, shared, labels):
+    """The node's figures now, and the supervisor's last state, labelled ``labels``."""
     try:
         fact = ops.memory()
     except (OSError, ValueError, KeyError):
         fact = {}
-    return node_metrics(fact, shared.get("state"), config["metrics"]["labels"])
+    return node_metrics(fact, shared.get("state"), labels)
+
+
+def metrics_text(config, ops, shared):
+    """What the node's /metrics answers."""
+    return figures_now(ops, shared, config["metrics"]["labels"])
 
 
 def textfile_text(config, ops, shared):
     """What the node's supervisor writes for a node_exporter's textfile collector (the plan's ``textfile``): the same
     figures as /metrics, or None when the plan asks for none."""
     wanted = config.get("textfile")
-    if not wanted:
-        return None
-    try:
-        fact = ops.memory()
-    except (OSError, ValueError, KeyError):
-        fact = {}
-    return node_metrics(fact, shared.get("state"), wanted["labels"])
+    return figures_now(ops, shared, wanted["labels"]) if wanted else None
 
 
 def write_textfile(config, ops, shared, memo=None):
