@@ -32,7 +32,7 @@ ARGUMENT_SPEC = dict(
     stage=dict(type="str", default="full", choices=["paths", "inventory", "full"]),
     head_group=dict(type="str", default="spark_head"),
     worker_group=dict(type="str", default="spark_workers"),
-    probe_fact=dict(type="str", default="preflight_probe"),
+    probe_fact=dict(type="str", default="preflight_node_info"),
     settings=dict(type="dict", default={}),
     overrides=dict(type="dict", default={}),
     extra_flags=dict(type="dict", default={}),
@@ -64,11 +64,11 @@ def inventory_nodes(task_vars, args):
 
 
 def probe_facts(task_vars, fact):
-    """What each node's probe read, per deployment placed on it (roles/preflight/tasks/probe.yml): deployment -> host ->
-    facts."""
+    """What each node's probe read, per deployment placed on it (roles/preflight/tasks/probe.yml registers the
+    spark_node_info module's result, its ``deployments``): deployment -> host -> facts."""
     probes = {}
     for host, values in (task_vars.get("hostvars") or {}).items():
-        for name, facts in ((values or {}).get(fact) or {}).items():
+        for name, facts in (((values or {}).get(fact) or {}).get("deployments") or {}).items():
             probes.setdefault(name, {})[host] = facts
     return probes
 

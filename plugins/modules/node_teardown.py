@@ -14,8 +14,9 @@ description:
     whatever its name.
   - Stops vLLM in O(serve_container) by its process group (TERM, then KILL after O(stop_timeout)); killing only the API
     server would leave the engine and its workers holding the weights, on a GB10 until they die (fact 3).
-  - Stops every container with one C(docker stop) (Ray drains and stops on SIGTERM in a second or two), keeps each
-    container's log in O(logs_dir) beside vLLM's (fact 16), then removes the containers and vLLM's state file.
+  - Stops every container with one C(docker stop) (Ray stops on SIGTERM in a second or two; the plan turns off its
+    drain, made for Ray Serve), keeps each container's log in O(logs_dir) beside vLLM's (fact 16), then removes the
+    containers and vLLM's state file.
   - Compares the node's C(MemAvailable) with the baseline written before the launch, waiting up to O(memory_wait)
     seconds while the kernel takes back what was freed, and says whether the node needs a reboot (RV(memory)).
   - First removes the node's supervisor (O(boot)), so that it starts nothing again, and last the cluster's firewall
@@ -176,7 +177,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, process_group as pg, teardown as td
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import copy_regular, run, systemd_runs, to_file
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import collect, copy_regular, run, start, systemd_runs, to_file
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor_control import Supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
@@ -239,12 +240,14 @@ def main():
     result["folders_removed"] = folders
     if module.check_mode:
         module.exit_json(**result)
-    if supervisor:
-        result["supervisor_removed"] = supervisor.remove()
+    reloading = None
+    if supervisor:  # systemd forgets its unit while vLLM stops (a daemon-reload takes a fifth of a second)
+        result["supervisor_removed"] = supervisor.remove(reload=False)
+        reloading = start(["systemctl", "daemon-reload"]) if result["supervisor_removed"] and supervisor.systemd else None
     running = [name for name, state in found if state == "running"]
-    if p["serve_container"] in running:
-        vllm = node_probe.serving(runner, p["serve_container"], p["serve_state_file"], docker)
-        if vllm["running"]:
+    if p["serve_container"] in running:  # its group is stopped whether it runs or not: a group already gone is left at once
+        vllm = node_probe.serving_state(runner, p["serve_container"], p["serve_state_file"], docker, p["vllm_state_file"])
+        if vllm:
             result["vllm_killed"] = pg.stop_group(runner, docker, p["serve_container"], vllm["pgid"], p["stop_timeout"])
     if running:
         rc, out, err = runner(td.stop_argv(docker, running, p["stop_timeout"]))
@@ -268,6 +271,10 @@ def main():
     for folder in folders:  # the gateway's, which holds every key
         shutil.rmtree(folder)
     result["logs"] = sorted(glob.glob(os.path.join(glob.escape(p["logs_dir"]), "*.log")))
+    if reloading is not None:
+        rc, out, err = collect(reloading)
+        if rc != 0:
+            module.fail_json(msg="%s: systemctl daemon-reload failed: %s" % (p["node"], (err or out).strip()), **result)
     result["memory"] = judge_memory(module, runner)
     result["firewall_removed"] = remove_firewall(module, runner, firewall, nft)
     module.exit_json(**result)
@@ -319,7 +326,7 @@ def judge_memory(module, runner):
             module.fail_json(msg=str(exc))
         if after["mem_available_bytes"] >= wanted or time.monotonic() >= deadline:
             return td.memory_verdict(p["node"], before, after, p["memory_tolerance_gib"])
-        time.sleep(0.5)
+        time.sleep(0.1)  # a look is two nvidia-smi calls and /proc/meminfo
 
 
 if __name__ == "__main__":

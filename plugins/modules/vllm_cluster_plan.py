@@ -73,9 +73,11 @@ options:
     type: str
     default: spark_workers
   probe_fact:
-    description: Name of the host fact holding each node's probe results, by deployment name (the whole cluster's is its name).
+    description:
+      - Name of the host variable holding each node's probe, the registered result of M(dgx_spark.vllm.spark_node_info)
+        (its C(deployments), the facts by deployment name; the whole cluster's is its name).
     type: str
-    default: preflight_probe
+    default: preflight_node_info
   settings:
     description:
       - Cluster settings; keys C(cluster_name), C(image), C(port), C(public_url), C(state_dir), C(models_dir),

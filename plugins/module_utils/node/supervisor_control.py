@@ -204,8 +204,9 @@ class Supervisor:
         except (ValueError, AttributeError):
             return None
 
-    def remove(self):
-        """Stop it, then remove every file it wrote, and only those. Returns whether anything was there."""
+    def remove(self, reload=True):
+        """Stop it, then remove every file it wrote, and only those. Returns whether anything was there. Under systemd,
+        systemd is reloaded unless the caller does it (``reload``: false, node_teardown while vLLM stops)."""
         present, lib = self.installed()
         if not present and not lib:
             return False
@@ -220,7 +221,7 @@ class Supervisor:
         for folder in (os.path.dirname(self.where["status"]), os.path.dirname(self.where["config"])):
             if os.path.isdir(folder) and not os.listdir(folder):  # the folders it made, unless something else is in them
                 os.rmdir(folder)
-        if self.systemd:
+        if self.systemd and reload:
             self.systemctl("daemon-reload")
         return True
 

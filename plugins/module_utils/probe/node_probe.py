@@ -214,14 +214,19 @@ def serving_argvs(container, docker="docker", host_file=None):
     return [pg.alive_argv(docker, container, state["pgid"])] if state else []
 
 
-def serving(run, container, state_file, docker="docker", host_file=None):
-    """vLLM's process group in ``container`` as the vllm_process module left it: {running, config_hash, pgid}. Its state
-    file is read on the node where the container's folder is (``host_file``: no exec for it), else inside."""
+def serving_state(run, container, state_file, docker="docker", host_file=None):
+    """vLLM's state file in ``container`` as the vllm_process module wrote it (its process group, config hash), or None.
+    Read on the node where the container's folder is (``host_file``: no exec for it), else inside."""
     text = read_small(host_file) if host_file else None
     if text is None:  # not there, or not readable by this user: asked inside, as vLLM's launcher wrote it
         rc, out, dummy = run(pg.read_argv(docker, container, state_file))
         text = out if rc == 0 else None
-    state = pg.parse_state(text) if text else None
+    return pg.parse_state(text) if text else None
+
+
+def serving(run, container, state_file, docker="docker", host_file=None):
+    """vLLM's process group in ``container`` as the vllm_process module left it: {running, config_hash, pgid}."""
+    state = serving_state(run, container, state_file, docker, host_file)
     if not state:
         return {"running": False, "config_hash": None, "pgid": None}
     rc, dummy, dummy = run(pg.alive_argv(docker, container, state["pgid"]))

@@ -28,7 +28,7 @@ def test_process_group_argv_never_interpolates():
     argv = process_group.launch_argv("docker", "c", ["vllm", "serve", "m; rm -rf /"], "/run/vllm.json", "/logs/l")
     assert argv[:7] == ["docker", "exec", "-i", "c", "sh", "-c", process_group.LAUNCH_SCRIPT]
     assert argv[7:] == ["/run/vllm.json", "/logs/l", "vllm", "serve", "m; rm -rf /"]
-    assert process_group.signal_argv("docker", "c", 42, "TERM")[-3:] == ["-TERM", "--", "-42"]
+    assert process_group.stop_argv("docker", "c", 42, 60)[-5:] == ["sh", "-c", process_group.STOP_SCRIPT, "42", "60"]
     assert process_group.parse_state('{"pgid": 42}') == {"pgid": 42} and process_group.parse_state("junk") is None
 
 
@@ -64,6 +64,10 @@ def test_the_launch_script_starts_its_own_group_writes_its_state_and_returns_at_
     pgid = start()
     try:
         assert time.monotonic() - began < 8  # the background command holds none of the exec's pipes (it sleeps 30 s)
+        for dummy in range(100):  # setsid runs in the background job: a loaded machine may run it a moment later
+            if os.getpgid(pgid) == pgid:
+                break
+            time.sleep(0.02)
         assert os.getpgid(pgid) == os.getsid(pgid) == pgid  # vLLM's own session and group: stop_group ends them all
         with open(state, encoding="utf-8") as handle:
             assert process_group.parse_state(handle.read())["argv"][-1] == odd
@@ -111,40 +115,55 @@ def test_a_vllm_that_dies_at_once_is_recorded_for_the_wait_to_find_gone_with_its
     assert (tmp_path / "vllm.log").read_text() == "vllm: this image is broken on purpose\n"
 
 
-class Group:
-    """Answers kill -0 as a process group that lives until it gets ``dies_on``; records every argv."""
-
-    def __init__(self, dies_on):
-        self.dies_on, self.alive, self.asked = dies_on, True, []
-
-    def run(self, argv):
-        self.asked.append(argv[3:])
-        if argv[3:5] == ["kill", "-%s" % self.dies_on]:
-            self.alive = False
-        if argv[3:5] == ["kill", "-0"]:
-            return (0 if self.alive else 1), "", ""
-        return 0, "", ""
+def stop_here(pgid, timeout):
+    """STOP_SCRIPT run by this machine's dash, as `docker exec <container> sh -c` runs it: what stop_group returns, and
+    the seconds it took."""
+    def run(args):
+        assert args[:3] == ["docker", "exec", "c"]
+        done = subprocess.run([shutil.which("dash")] + args[4:], capture_output=True, text=True, timeout=30, check=False)
+        return done.returncode, done.stdout, done.stderr
+    began = time.monotonic()
+    return process_group.stop_group(run, "docker", "c", pgid, timeout), time.monotonic() - began
 
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def sleep(self, seconds):
-        self.now += seconds
-
-    def __call__(self):
-        return self.now
+def group_of(tmp_path, script):
+    """A process group of its own started as vLLM is (LAUNCH_SCRIPT: a shell and its child, as vLLM's API server and its
+    engine), whose leader no test process waits for: its process group."""
+    start, dummy = launch_here(tmp_path, ["sh", "-c", script])
+    pgid = start()
+    time.sleep(0.3)  # the shell sets its trap and starts its child
+    return pgid
 
 
-def test_a_group_that_stops_on_term_is_not_killed():
-    group, clock = Group("TERM"), Clock()
-    assert process_group.stop_group(group.run, "docker", "c", 42, 60, clock.sleep, clock) is False
-    assert group.asked[0] == ["kill", "-TERM", "--", "-42"] and ["kill", "-KILL", "--", "-42"] not in group.asked
-    assert clock.now == 0
+def gone(pgid):
+    """No process of the group runs: each has ended (a zombie no init reaped on this machine is an ended process; in a
+    container, its init reaps them)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % pid, encoding="utf-8") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return False
+    return True
 
 
-def test_a_group_that_ignores_term_is_killed_after_the_timeout():
-    group, clock = Group("KILL"), Clock()
-    assert process_group.stop_group(group.run, "docker", "c", 42, 10, clock.sleep, clock) is True
-    assert group.asked[-1] == ["kill", "-KILL", "--", "-42"] and 10 <= clock.now <= 11.5  # polls of 0.2 s, then 1 s
+def test_a_group_that_stops_on_term_is_not_killed_and_is_left_as_soon_as_it_is_gone(tmp_path):
+    pgid = group_of(tmp_path, "sleep 30 & wait")
+    killed, took = stop_here(pgid, 60)
+    assert killed is False and gone(pgid)
+    assert took < 5  # one look every 0.1 s, not the 60 s it was given
+
+
+def test_a_group_that_ignores_term_is_killed_after_its_time(tmp_path):
+    pgid = group_of(tmp_path, "trap '' TERM; sleep 30 & wait")  # the shell and its child both ignore TERM (a child inherits it)
+    killed, took = stop_here(pgid, 1)
+    assert killed is True and gone(pgid)
+    assert 1.5 <= took < 10  # its second, the kill, a second for the kernel
+
+
+def test_a_group_already_gone_is_left_at_once(tmp_path):
+    pgid = group_of(tmp_path, "true")
+    killed, took = stop_here(pgid, 60)
+    assert killed is False and took < 5

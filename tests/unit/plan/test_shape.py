@@ -42,7 +42,7 @@ def test_a_refused_plain_inventory_keeps_its_messages_word_for_word(tmp_path):
 
 
 def test_each_deployment_takes_its_probe_facts_by_its_name(tmp_path):
-    """The probe keeps each node's facts per deployment (preflight_probe: deployment -> facts); the planner hands each
+    """The probe keeps each node's facts per deployment (preflight_node_info.deployments: deployment -> facts); the planner hands each
     deployment its own, so a fact of another never reaches it."""
     inputs = spark_inputs(m25(), tmp_path)
     facts = {h: inputs["nodes"][h] for h in inputs["nodes"]}
