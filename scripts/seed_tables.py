@@ -134,6 +134,14 @@ def plans(seed):
     return profile, plan, restored
 
 
+def plan_restored(seed, restore):
+    """The seed profile's plan on the sample inventory with ``restore`` (inventory variables) applied."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import planner, profiles
+
+    profile = profiles.load(os.path.join(ROOT, "profiles", seed["profile"] + ".yml"))
+    return planner.make_plan(profiles.apply_variables(sample_inputs(profile, seed["nodes"]), restore))
+
+
 def _cell(value):
     if value is None:
         return "(not set)"
@@ -160,6 +168,8 @@ def table(name):
             status = "deviation: %s Restore: `%s`" % (" ".join(deviation["reason"].split()), restore)
         elif status == "same" and not agrees(row, value):
             status = "DIFFERS"
+        elif status == "chosen":
+            status = "chosen: %s" % " ".join(row["reason"].split())
         said = _cell(row["value"]) if "not_stated" not in row else "(not stated; %s%s)" % (
             row["not_stated"], "" if row["value"] is None else ": " + _cell(row["value"]))
         cells = (row["kind"], row["name"], said, seed["seed"][:3], row["line"], _cell(value), status)

@@ -56,6 +56,10 @@ def test_plan_carries_the_working_command(name):
             assert not seed_tables.agrees(row, value), "%s is listed as a deviation but the plan has the write-up's value" % where
             back = seed_tables.plan_value(restored[row["deviation"]], row)
             assert seed_tables.agrees(row, back), "%s: the restore variable gives %r, not the write-up's %r" % (where, back, row["value"])
+        elif status == "chosen":  # the write-up states no value and vLLM's default could not run: the profile chooses
+            assert "not_stated" in row and row.get("reason") and value is not None, "%s: a chosen value needs its reason" % where
+            refused = seed_tables.plan_restored(seed, row["default_restore"])
+            assert not refused["ok"] and all(row["refused_for"] in e["message"] for e in refused["errors"]), (where, refused["errors"])
         else:
             assert status in ("policy", "layout"), "%s: unknown status %r" % (where, status)
     assert used == deviations, "deviations the write-up's rows do not show: %s" % sorted(deviations - used)
