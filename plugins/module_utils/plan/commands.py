@@ -27,9 +27,9 @@ RAY_AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": RAY_TOKEN_FILE}
 RAY_AUTH_SINCE = (2, 52)
 # On SIGTERM (`docker stop`), `ray start --block` first asks the GCS to drain its node and waits up to 30 s for the raylet
 # to leave (Ray 2.60's node.py: made for Ray Serve's proxies, which stop taking traffic first). No Ray Serve runs here and
-# vLLM is stopped by its process group before (fact 3), so the drain only delays every teardown and recreation: off (the
-# Ray head's `docker stop` 2.1 s instead of 2.9 s on the simulated cluster). A Ray without the variable ignores it; a
-# profile's own container env may set it again.
+# vLLM is stopped by its process group before (fact 3), so the drain only delays every teardown and recreation: off (a
+# lone Ray head's `docker stop` took 1.5 s instead of 2.1 s on this project's 2-core machine). A Ray without the variable
+# ignores it; a profile's own container env may set it again.
 RAY_STOP_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 GCS_WAIT_SECONDS = 120  # how long vLLM's Ray driver waits for the head's GCS (serve_command)
 # What each kind of container mounts of the node's container/ folder (base.CONTAINER_FOLDERS), each at STATE_MOUNT/<name>,
