@@ -122,24 +122,29 @@ def the_deployment(plan):
     return plan["deployments"][plan["deployment_order"][0]]
 
 
+def seed_inputs(seed):
+    """The seed's profile and the planner's inputs for it on the sample inventory."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import profiles
+
+    profile = profiles.load(os.path.join(ROOT, "profiles", seed["profile"] + ".yml"))
+    return profile, sample_inputs(profile, seed["nodes"])
+
+
+def plan_restored(inputs, restore):
+    """The plan of ``inputs`` with ``restore`` (inventory variables) applied."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import planner, profiles
+
+    return planner.make_plan(profiles.apply_variables(copy.deepcopy(inputs), restore))
+
+
 def plans(seed):
     """The profile, its plan on the sample inventory, and a plan per deviation with its restore applied."""
-    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import planner, profiles
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import planner
 
-    profile = profiles.load(os.path.join(ROOT, "profiles", seed["profile"] + ".yml"))
-    inputs = sample_inputs(profile, seed["nodes"])
+    profile, inputs = seed_inputs(seed)
     plan = the_deployment(planner.make_plan(copy.deepcopy(inputs)))
-    restored = {d["what"]: the_deployment(planner.make_plan(profiles.apply_variables(copy.deepcopy(inputs), d["restore"])))
-                for d in profile.get("deviations") or []}
+    restored = {d["what"]: the_deployment(plan_restored(inputs, d["restore"])) for d in profile.get("deviations") or []}
     return profile, plan, restored
-
-
-def plan_restored(seed, restore):
-    """The seed profile's plan on the sample inventory with ``restore`` (inventory variables) applied."""
-    from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import planner, profiles
-
-    profile = profiles.load(os.path.join(ROOT, "profiles", seed["profile"] + ".yml"))
-    return planner.make_plan(profiles.apply_variables(sample_inputs(profile, seed["nodes"]), restore))
 
 
 def _cell(value):

@@ -5,10 +5,10 @@
 
 Only what the collection made is touched: containers carrying the ``managed`` label and this cluster's and this
 node's labels (plan/labels.py). vLLM is stopped by process group first (fact 3), then every container with one
-``docker stop`` (Ray stops on SIGTERM in a second or two, its drain off: plan/commands.py RAY_STOP_ENV; ``ray stop`` first would leave it draining a node
-that is gone for its full 30 s), their logs are kept (fact 16), then they are removed. The memory each node had before
-the launch (the plan's baseline file) is compared with what it has after (fact 3: memory pinned by a killed process is
-freed only by a reboot).
+``docker stop`` (Ray stops on SIGTERM in a second or two, its drain off: plan/commands.py RAY_STOP_ENV; ``ray stop``
+first would leave it draining a node that is gone for its full 30 s), their logs are kept (fact 16), then they are
+removed. The memory each node had before the launch (the plan's baseline file) is compared with what it has after
+(fact 3: memory pinned by a killed process is freed only by a reboot).
 """
 
 from __future__ import annotations

@@ -45,15 +45,21 @@ def test_one_exec_starts_the_group_and_records_its_state():
     assert written == {"pgid": 4242, "config_hash": "h", "argv": ["vllm", "serve"], "started_at": 7.0}
 
 
+def in_dash(args, data=None, env=None, timeout=10):
+    """A `docker exec [-i] <container> sh -c SCRIPT ...` argv run by this machine's dash, as the container's sh runs it:
+    (rc, stdout, stderr)."""
+    done = subprocess.run([shutil.which("dash")] + args[args.index("sh") + 1:], input=data, capture_output=True, text=True,
+                          timeout=timeout, check=False, env=env)
+    return done.returncode, done.stdout, done.stderr
+
+
 def launch_here(tmp_path, argv, state=None, env=None):
     """LAUNCH_SCRIPT run by this machine's dash, as `docker exec -i <container> sh -c` runs it in a container: what
     start_group sees, and the state file's path."""
     state = state or str(tmp_path / "run" / "vllm.json")
 
     def run(args, data=None):
-        done = subprocess.run([shutil.which("dash")] + args[5:], input=data, capture_output=True, text=True, timeout=10, check=False,
-                              env=env)
-        return done.returncode, done.stdout, done.stderr
+        return in_dash(args, data, env)
     return (lambda: process_group.start_group(run, "docker", "c", argv, "h", state, str(tmp_path / "vllm.log"))), state
 
 
@@ -120,8 +126,7 @@ def stop_here(pgid, timeout):
     the seconds it took."""
     def run(args):
         assert args[:3] == ["docker", "exec", "c"]
-        done = subprocess.run([shutil.which("dash")] + args[4:], capture_output=True, text=True, timeout=30, check=False)
-        return done.returncode, done.stdout, done.stderr
+        return in_dash(args, timeout=30)
     began = time.monotonic()
     return process_group.stop_group(run, "docker", "c", pgid, timeout), time.monotonic() - began
 

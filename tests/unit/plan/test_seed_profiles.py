@@ -58,7 +58,7 @@ def test_plan_carries_the_working_command(name):
             assert seed_tables.agrees(row, back), "%s: the restore variable gives %r, not the write-up's %r" % (where, back, row["value"])
         elif status == "chosen":  # the write-up states no value and vLLM's default could not run: the profile chooses
             assert "not_stated" in row and row.get("reason") and value is not None, "%s: a chosen value needs its reason" % where
-            refused = seed_tables.plan_restored(seed, row["default_restore"])
+            refused = seed_tables.plan_restored(seed_tables.seed_inputs(seed)[1], row["default_restore"])
             assert not refused["ok"] and all(row["refused_for"] in e["message"] for e in refused["errors"]), (where, refused["errors"])
         else:
             assert status in ("policy", "layout"), "%s: unknown status %r" % (where, status)
