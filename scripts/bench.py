@@ -460,7 +460,7 @@ def bench_plan8():
     group_vars.update(sim_cluster_root="/var/lib/dgx-spark-sim8", sim_cluster_network="dgx-spark-sim8",
                       sim_cluster_subnet="10.212.0.0/24", sim_cluster_mgmt_subnet="10.214.0.0/24", sim_cluster_endpoint_port=8008,
                       vllm_profile_file=os.path.join(folder, "dp8.yml"), vllm_hf_endpoint="http://10.214.0.5:8090")
-    inventory = {"spark_cluster": {"vars": {"ansible_user": "root", "ansible_ssh_private_key_file": "{{ inventory_dir }}/.secrets/sim_ssh_ed25519"},
+    inventory = {"spark_cluster": {"vars": {"ansible_user": "nvidia", "ansible_ssh_private_key_file": "{{ inventory_dir }}/.secrets/sim_ssh_ed25519"},
                                    "children": {"spark_head": {"hosts": {names[0]: hosts[names[0]]}},
                                                 "spark_workers": {"hosts": {n: hosts[n] for n in names[1:]}}}},
                  "all": {"vars": group_vars}}
@@ -602,7 +602,7 @@ def bench_distribution():
     address = json.loads(subprocess.run(["ansible-inventory", "-i", os.path.join(ROOT, "inventories", "sim"), "--host", head],
                                         env=ENV, capture_output=True, text=True, check=True).stdout)["ansible_host"]
     ssh_head = ["ssh", "-i", key, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-                "root@" + address]
+                "nvidia@" + address]
     roles, raws = [], []
     for dummy in range(RUNS):
         timed(["ansible-playbook", "playbooks/teardown.yml"])

@@ -8,6 +8,7 @@ would make). Without ``logs_dest`` the logs stay on the node."""
 from __future__ import annotations
 
 import os
+import shlex
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -28,12 +29,17 @@ class ActionModule(ActionBase):
             return result
         os.makedirs(dest, mode=0o755, exist_ok=True)
         copied = []
-        for remote in result.get("logs") or []:
-            local = os.path.join(dest, os.path.basename(remote))
-            try:
-                self._connection.fetch_file(remote, local)
-            except Exception as exc:  # pylint: disable=broad-except
-                raise AnsibleActionFail("could not copy %s from %s to %s: %s" % (remote, task_vars.get("inventory_hostname"), local, exc))
-            copied.append(local)
+        staged = result.get("logs_staged") or {}  # a non-root SSH user's copies of root's logs (the module's RETURN)
+        try:
+            for remote in result.get("logs") or []:
+                local = os.path.join(dest, os.path.basename(remote))
+                try:
+                    self._connection.fetch_file(staged.get(remote, remote), local)
+                except Exception as exc:  # pylint: disable=broad-except
+                    raise AnsibleActionFail("could not copy %s from %s to %s: %s" % (remote, task_vars.get("inventory_hostname"), local, exc))
+                copied.append(local)
+        finally:
+            if result.get("logs_staging"):  # that user's own folder: removed as that user, without sudo
+                self._low_level_execute_command("rm -rf -- %s" % shlex.quote(result["logs_staging"]), sudoable=False)
         result["logs_copied"] = copied
         return result

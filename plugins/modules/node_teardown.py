@@ -146,6 +146,17 @@ logs:
   type: list
   elements: str
   returned: always
+logs_staging:
+  description:
+    - With O(logs_dest), when the module ran through sudo for a non-root SSH user (as on DGX OS), the folder that user
+      alone owns holding copies of RV(logs), which the connection transfers as that user; the action plugin copies
+      from there and removes it.
+  type: str
+  returned: when the logs were staged for a non-root SSH user
+logs_staged:
+  description: Each log of RV(logs) and its copy in RV(logs_staging).
+  type: dict
+  returned: when the logs were staged for a non-root SSH user
 supervisor_removed:
   description: True when the node's supervisor was there and was removed.
   type: bool
@@ -177,7 +188,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, process_group as pg, teardown as td
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import collect, copy_regular, run, start, systemd_runs, to_file
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import (
+    collect, copy_regular, run, stage_for, start, sudo_caller, systemd_runs, to_file)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.supervisor_control import Supervisor
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
@@ -277,6 +289,9 @@ def main():
             module.fail_json(msg="%s: systemctl daemon-reload failed: %s" % (p["node"], (err or out).strip()), **result)
     result["memory"] = judge_memory(module, runner)
     result["firewall_removed"] = remove_firewall(module, runner, firewall, nft)
+    caller = sudo_caller() if p["logs_dest"] and result["logs"] else None
+    if caller:  # the logs' folder is root's; the connection copies them to the controller as the SSH user
+        result["logs_staging"], result["logs_staged"] = stage_for(caller, result["logs"], "dgx-spark-logs-")
     module.exit_json(**result)
 
 

@@ -1283,7 +1283,7 @@ def test_a_user_whom_sudo_asks_for_a_password_is_refused_at_the_probe_and_plans_
     at the probe, before any change, naming the host, the user and both fixes; with a NOPASSWD rule the same user plans."""
     user = "spark"
     make = ("id {u} >/dev/null 2>&1 || useradd -m -s /bin/bash {u}; install -d -m 0700 -o {u} -g {u} /home/{u}/.ssh; "
-            "cp /root/.ssh/authorized_keys /home/{u}/.ssh/authorized_keys; chown {u}: /home/{u}/.ssh/authorized_keys").format(u=user)
+            "cp /run/dgx-spark-sim/authorized_keys /home/{u}/.ssh/authorized_keys; chown {u}: /home/{u}/.ssh/authorized_keys").format(u=user)
     before = every_container(client)
     try:
         for node in ("sim-head", "sim-worker1"):
@@ -1343,7 +1343,7 @@ def test_a_head_that_cannot_ssh_to_a_worker_lacking_the_image_is_refused_before_
         rc, out = playbook("serve", log="faults-serve-no-ssh-to-worker")
         flat = " ".join(out.split())
         assert rc != 0 and "The head sim-head cannot stream the image to sim-worker1, which lacks it" in flat, out[-3000:]
-        assert "Permission denied" in flat and "ssh-copy-id root@10.210.0.11" in flat and "Nothing was changed." in flat
+        assert "Permission denied" in flat and "ssh-copy-id nvidia@10.210.0.11" in flat and "Nothing was changed." in flat
         assert every_container(client) == before
         assert all(h["changed"] == 0 for h in recap(out).values()), recap(out)
     finally:

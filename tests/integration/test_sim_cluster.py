@@ -33,7 +33,7 @@ def mgmt(fabric_ip):
 def fixture_inventory(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sim3")
     hosts = {"spark_cluster": {
-        "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": "{{ inventory_dir }}/.secrets/sim_ssh_ed25519"},
+        "vars": {"ansible_user": "nvidia", "ansible_ssh_private_key_file": "{{ inventory_dir }}/.secrets/sim_ssh_ed25519"},
         "children": {
             "spark_head": {"hosts": {"sim3-head": {"ansible_host": mgmt(NODES["sim3-head"][0]), "spark_fabric_ip": NODES["sim3-head"][0]}}},
             "spark_workers": {"hosts": {n: {"ansible_host": mgmt(ip), "spark_fabric_ip": ip} for n, (ip, dummy) in NODES.items()
@@ -56,7 +56,7 @@ def sim(inventory, *extra, log="sim3", check=True):
 def on_node(inventory, ip, command):
     """A command on a node over SSH, as Ansible reaches it: (rc, output)."""
     proc = subprocess.run(["ssh", "-i", KEY["path"], "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-                           "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@" + mgmt(ip), command],
+                           "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "nvidia@" + mgmt(ip), command],
                           capture_output=True, text=True, timeout=60, check=False)
     return proc.returncode, proc.stdout + proc.stderr
 

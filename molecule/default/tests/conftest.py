@@ -34,7 +34,8 @@ def hostvars(folder):
 def node_host(folder, name):
     found = hostvars(folder)[name]
     key = found["ansible_ssh_private_key_file"].replace("{{ inventory_dir }}", folder)
-    return testinfra.get_host("ssh://%s@%s" % (found.get("ansible_user", "root"), found["ansible_host"]), ssh_identity_file=key,
+    user = found.get("ansible_user", "root")  # the inventory's, with sudo for what only root may read, as Ansible's become
+    return testinfra.get_host("ssh://%s@%s" % (user, found["ansible_host"]), ssh_identity_file=key, sudo=user != "root",
                               ssh_extra_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")
 
 

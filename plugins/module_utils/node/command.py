@@ -10,6 +10,7 @@ import json
 import os
 import stat
 import subprocess
+import tempfile
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"}
 
@@ -102,6 +103,32 @@ def copy_regular(source, dest, chunk=1 << 20, limit=COPY_BYTES):
                 if left <= 0:
                     break
     return True
+
+
+def sudo_caller(environ=None):
+    """The (uid, gid) of the user who ran this module through sudo (Ansible's become from a non-root SSH user, as on
+    DGX OS), or None when it runs as that user itself or was not started through sudo."""
+    environ = os.environ if environ is None else environ
+    uid, gid = environ.get("SUDO_UID", ""), environ.get("SUDO_GID", "")
+    if os.geteuid() != 0 or not uid.isdigit() or not gid.isdigit() or int(uid) == 0:
+        return None
+    return int(uid), int(gid)
+
+
+def stage_for(caller, paths, prefix="dgx-spark-"):
+    """Copies of ``paths`` (regular files, copy_regular) in a new folder that ``caller`` (sudo_caller's (uid, gid))
+    alone owns, so that the SSH connection, which transfers files as that user and never through sudo, can copy to the
+    controller what root keeps out of its reach. Returns (the folder, {path: its copy}); the caller removes the folder."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    staged = {}
+    for path in paths:
+        copy = os.path.join(folder, os.path.basename(path))
+        if copy_regular(path, copy):
+            os.chown(copy, *caller)
+            os.chmod(copy, 0o600)
+            staged[path] = copy
+    os.chown(folder, *caller)
+    return folder, staged
 
 
 def read_record(path):

@@ -261,6 +261,20 @@ def remove_former_containers(p):
         subprocess.run(docker + ["rm", "--force"] + left, capture_output=True, check=False)
 
 
+def node_group_id(container_pid, name):
+    """The ID of group ``name`` in the node's own /etc/group (its image's), or None when it has none. The daemon runs
+    in this machine's files, so a group name would be looked up here."""
+    try:
+        with open("/proc/%d/root/etc/group" % container_pid, encoding="utf-8") as handle:
+            for line in handle:
+                fields = line.strip().split(":")
+                if len(fields) >= 3 and fields[0] == name and fields[2].isdigit():
+                    return int(fields[2])
+    except OSError:
+        return None
+    return None
+
+
 def start(p, node, container_pid, addresses):
     for dummy in range(300):  # Docker starts after the firewall, as on a Spark, so Ray's ports are never open
         if booted(p, container_pid):
@@ -293,6 +307,9 @@ def start(p, node, container_pid, addresses):
             p["shm"],
             "dockerd", "--data-root", p["data"], "--exec-root", p["exec"], "--pidfile", p["pidfile"],
             "--host", "unix://" + p["sock"], "--add-runtime", "nvidia=runc", "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"]
+    docker_gid = node_group_id(container_pid, "docker")
+    if docker_gid is not None:  # the node's docker group may use the socket, as on DGX OS (its SSH user is a member)
+        argv += ["--group", str(docker_gid)]
     group = cpu_group(node)
     if group:
         argv += ["--cgroup-parent", group]

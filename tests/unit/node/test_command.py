@@ -1,6 +1,7 @@
 """command: the one way modules run commands: an argv list of strings, in the C locale."""
 
 import os
+import shutil
 import stat
 
 import pytest
@@ -75,3 +76,31 @@ def test_a_device_a_container_made_is_never_opened_and_a_planted_destination_is_
     assert (tmp_path / "kept.log").read_bytes() == b"aaaaaatail"  # the last 10 bytes
     assert command.to_file(["echo", "docker logs"], str(tmp_path / "kept.log")) == 0 and target.read_text() == "untouched\n"
     assert command.read_small("/proc/meminfo").startswith("MemTotal:")  # a regular file of size 0, read whole
+
+
+def test_a_module_run_through_sudo_knows_its_caller_and_root_or_no_sudo_has_none():
+    if os.geteuid() != 0:
+        pytest.skip("sudo's caller is read only by a module that runs as root")
+    assert command.sudo_caller({"SUDO_UID": "1000", "SUDO_GID": "1001", "SUDO_USER": "nvidia"}) == (1000, 1001)
+    assert command.sudo_caller({}) is None  # root's own SSH connection
+    assert command.sudo_caller({"SUDO_UID": "0", "SUDO_GID": "0"}) is None  # root through sudo reads root's files itself
+    assert command.sudo_caller({"SUDO_UID": "nvidia", "SUDO_GID": "1000"}) is None
+
+
+def test_root_logs_are_staged_for_the_sudo_caller_alone_and_a_link_in_their_place_is_left_out(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("only root gives a file to another user")
+    logs = tmp_path / "logs"
+    logs.mkdir(mode=0o700)
+    (logs / "vllm.log").write_text("INFO loaded\n")
+    os.symlink("/etc/shadow", str(logs / "ray.log"))  # what a container could plant
+    folder, staged = command.stage_for((1000, 1000), [str(logs / "vllm.log"), str(logs / "ray.log")], "dgx-spark-test-")
+    try:
+        assert sorted(staged) == [str(logs / "vllm.log")]
+        copy = staged[str(logs / "vllm.log")]
+        assert os.path.dirname(copy) == folder and open(copy, encoding="utf-8").read() == "INFO loaded\n"
+        for path in (folder, copy):
+            found = os.lstat(path)
+            assert (found.st_uid, found.st_gid) == (1000, 1000) and found.st_mode & 0o077 == 0, (path, oct(found.st_mode))
+    finally:
+        shutil.rmtree(folder)
