@@ -1278,28 +1278,25 @@ def test_logs_shows_every_ranks_last_lines_and_status_names_each_log(client):
     assert "logs: docker logs %s" % WORKER_RAY in flat and "playbooks/logs.yml shows the last lines" in flat
 
 
-def test_a_user_whom_sudo_asks_for_a_password_is_refused_at_the_probe_and_plans_once_it_need_not(client):
-    """On DGX OS the SSH user runs root's steps through sudo. A user whom sudo asks for a password nobody gave is refused
-    at the probe, before any change, naming the host, the user and both fixes; with a NOPASSWD rule the same user plans."""
-    user = "spark"
-    make = ("id {u} >/dev/null 2>&1 || useradd -m -s /bin/bash {u}; install -d -m 0700 -o {u} -g {u} /home/{u}/.ssh; "
-            "cp /run/dgx-spark-sim/authorized_keys /home/{u}/.ssh/authorized_keys; chown {u}: /home/{u}/.ssh/authorized_keys").format(u=user)
+def test_the_ssh_user_without_its_sudo_rule_is_refused_at_the_probe_and_plans_once_it_is_back(client):
+    """On DGX OS the SSH user runs root's steps through sudo, as the simulated nodes' nvidia does (roles/sim_cluster). With
+    its NOPASSWD rule taken away, sudo asks for a password nobody gave: the probe refuses, before any change, naming
+    the host, the user and both fixes; with the rule back, the same inventory plans."""
+    rule, kept = "/etc/sudoers.d/dgx-spark-sim", "/root/dgx-spark-sim.sudoers"
     before = every_container(client)
     try:
         for node in ("sim-head", "sim-worker1"):
-            node_shell(client, node, make)
-        rc, out = playbook("plan", "-e", "ansible_user=" + user, log="faults-plan-sudo-password")
+            node_shell(client, node, "mv %s %s" % (rule, kept))
+        rc, out = playbook("plan", log="faults-plan-sudo-password")
         flat = " ".join(out.split()).replace("''", "'")
-        assert rc != 0 and "sudo asked spark for a password, and none was given" in flat, flat[-3000:]
-        assert '"spark ALL=(ALL) NOPASSWD: ALL" in /etc/sudoers.d/' in flat and "--ask-become-pass" in flat
-        assert re.search(r"sim-(head|worker1): sudo asked spark", flat) and every_container(client) == before
-        for node in ("sim-head", "sim-worker1"):
-            node_shell(client, node, "echo '%s ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/%s && chmod 0440 /etc/sudoers.d/%s" % (user, user, user))
-        rc, out = playbook("plan", "-e", "ansible_user=" + user, log="faults-plan-sudo-nopasswd")
-        assert rc == 0, out[-3000:]
+        assert rc != 0 and "sudo asked nvidia for a password, and none was given" in flat, flat[-3000:]
+        assert '"nvidia ALL=(ALL) NOPASSWD: ALL" in /etc/sudoers.d/' in flat and "--ask-become-pass" in flat
+        assert re.search(r"sim-(head|worker1): sudo asked nvidia", flat) and every_container(client) == before
     finally:
         for node in ("sim-head", "sim-worker1"):
-            node_shell(client, node, "rm -f /etc/sudoers.d/%s; userdel -r %s 2>/dev/null; true" % (user, user))
+            node_shell(client, node, "if [ -e %s ]; then mv %s %s; fi" % (kept, kept, rule))
+    rc, out = playbook("plan", log="faults-plan-sudo-nopasswd")
+    assert rc == 0, out[-3000:]
     record("bad input", "an SSH user whom sudo asks for a password", "refused at the probe before any change, naming "
            "the host, the user, a NOPASSWD rule and --ask-become-pass")
 
