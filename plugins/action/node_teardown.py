@@ -33,6 +33,10 @@ class ActionModule(ActionBase):
         try:
             for remote in result.get("logs") or []:
                 local = os.path.join(dest, os.path.basename(remote))
+                if result.get("logs_staging") and remote not in staged:  # not a regular file: root's, out of reach
+                    result.setdefault("warnings", []).append("%s: %s is not a regular file; it was not copied" % (
+                        task_vars.get("inventory_hostname"), remote))
+                    continue
                 try:
                     self._connection.fetch_file(staged.get(remote, remote), local)
                 except Exception as exc:  # pylint: disable=broad-except

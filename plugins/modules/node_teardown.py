@@ -149,8 +149,8 @@ logs:
 logs_staging:
   description:
     - With O(logs_dest), when the module ran through sudo for a non-root SSH user (as on DGX OS), the folder that user
-      alone owns holding copies of RV(logs), which the connection transfers as that user; the action plugin copies
-      from there and removes it.
+      alone owns holding copies of RV(logs) (the last 256 MiB of each at most), which the connection transfers as that
+      user; the action plugin copies from there and removes it.
   type: str
   returned: when the logs were staged for a non-root SSH user
 logs_staged:
@@ -291,7 +291,12 @@ def main():
     result["firewall_removed"] = remove_firewall(module, runner, firewall, nft)
     caller = sudo_caller() if p["logs_dest"] and result["logs"] else None
     if caller:  # the logs' folder is root's; the connection copies them to the controller as the SSH user
-        result["logs_staging"], result["logs_staged"] = stage_for(caller, result["logs"], "dgx-spark-logs-")
+        try:
+            result["logs_staging"], result["logs_staged"] = stage_for(caller, result["logs"], "dgx-spark-logs-")
+        except OSError as exc:
+            module.fail_json(msg="%s: the node was taken back, but its logs could not be copied for %s to transfer: %s; "
+                                 "they are kept in %s" % (p["node"], os.environ.get("SUDO_USER", "the SSH user"), exc, p["logs_dir"]),
+                             **result)
     module.exit_json(**result)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -118,16 +119,21 @@ def sudo_caller(environ=None):
 def stage_for(caller, paths, prefix="dgx-spark-"):
     """Copies of ``paths`` (regular files, copy_regular) in a new folder that ``caller`` (sudo_caller's (uid, gid))
     alone owns, so that the SSH connection, which transfers files as that user and never through sudo, can copy to the
-    controller what root keeps out of its reach. Returns (the folder, {path: its copy}); the caller removes the folder."""
+    controller what root keeps out of its reach. A copy holds a file's last COPY_BYTES at most. Returns (the folder,
+    {path: its copy}); the caller removes the folder. On an error the folder is removed and the error raised."""
     folder = tempfile.mkdtemp(prefix=prefix)
     staged = {}
-    for path in paths:
-        copy = os.path.join(folder, os.path.basename(path))
-        if copy_regular(path, copy):
-            os.chown(copy, *caller)
-            os.chmod(copy, 0o600)
-            staged[path] = copy
-    os.chown(folder, *caller)
+    try:
+        for path in paths:
+            copy = os.path.join(folder, os.path.basename(path))
+            if copy_regular(path, copy):
+                os.chown(copy, *caller)
+                os.chmod(copy, 0o600)
+                staged[path] = copy
+        os.chown(folder, *caller)
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     return folder, staged
 
 

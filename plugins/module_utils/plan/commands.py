@@ -317,13 +317,16 @@ def log_reads(containers, is_head):
     return found
 
 
-def image_stream(settings, head, name, fabric_ip, ssh_user):
+def image_stream(settings, name, fabric_ip, ssh_user):
     """How the head streams the image to worker ``name`` over the fast link (fact 14): ``docker save`` into ``docker
-    load`` over SSH to the worker's fabric address, ``dd`` counting the bytes into a file on the head the wait reads."""
-    progress = "%s/run/image-stream-to-%s.progress" % (node_paths(settings, head, None)["state_dir"], name)
+    load`` over SSH to the worker's fabric address, ``dd`` counting the bytes into a file on the head the wait reads.
+    That file is in the SSH user's home (``~``, which the modules reading and removing it expand): the stream runs as
+    that user, with its key, and the state folder is root's."""
+    counted = ".dgx-spark-image-stream-to-%s.progress" % name
+    progress = "~/" + counted
     target = "%s@%s" % (ssh_user, fabric_ip) if ssh_user else fabric_ip
     # The check asks what the stream needs of the worker, with the stream's own ssh options, before any change: the
     # head's key authorized there, its host key known on the head, and Docker answering the worker's user.
     return {"progress_file": progress, "target": target, "check": ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", target, "docker", "version"],
             "cmd": "set -o pipefail && docker save %s | dd bs=4M status=progress 2>%s | ssh -o BatchMode=yes %s docker load"
-                   % (shlex.quote(settings["image"] or ""), shlex.quote(progress), shlex.quote(target))}
+                   % (shlex.quote(settings["image"] or ""), "~/" + shlex.quote(counted), shlex.quote(target))}

@@ -317,8 +317,7 @@ def plan_node(inputs, name, rank, head, cluster, node_env, argv_of):
     entry["writes"]["firewall"] = changes.firewall_writes(inputs["nodes"][name], entry["firewall"])
     entry["ring"] = ring_node(inputs, name, paths)
     entry["stale_models_argv"] = commands.stale_models_argv(settings, name, paths)
-    entry["image_stream"] = None if is_head else commands.image_stream(settings, head, name, fabric_ip,
-                                                                       inputs["nodes"][name].get("ssh_user"))
+    entry["image_stream"] = None if is_head else commands.image_stream(settings, name, fabric_ip, inputs["nodes"][name].get("ssh_user"))
     if is_head or backend == "mp":
         entry["serve"] = {"container": spec["name"], "argv": argv, "command": commands.serve_command(argv, cluster["ray_address"], inputs["code_pins"]),
                           "state_file": commands.VLLM_STATE if backend == "ray" else None,
