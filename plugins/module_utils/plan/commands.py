@@ -12,7 +12,7 @@ import shlex
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import code, door, firewall, flags as flag_utils, labels as container_labels, nccl_library
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import compile_cache
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, CONTAINER_FOLDERS, MODELS_MOUNT, node_paths, STATE_MOUNT
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import container_name, CONTAINER_FOLDERS, MODELS_MOUNT, STATE_MOUNT
 
 OBJECT_STORE_BYTES = 1073741824  # fact 5: Ray would reserve ~30% of RAM for plasma otherwise
 LAUNCHER = STATE_MOUNT + "/bin/vllm-serve"
