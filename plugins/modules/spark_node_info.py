@@ -265,8 +265,9 @@ interfaces:
   sample: {"enP7s7": ["10.0.0.11/24"], "enp1s0f0np0": ["192.168.10.1/24"], "lo": ["127.0.0.1/8"]}
 connection_interface:
   description:
-    - The interface the Ansible connection arrived on (the address in C(SSH_CONNECTION)); null for a local connection. A
-      ring link there would cut the operator off the node.
+    - The interface the Ansible connection arrived on (the address in C(SSH_CONNECTION), read from the SSH session's
+      shell when sudo dropped it from the module's environment); null for a local connection. A ring link there would
+      cut the operator off the node.
   type: str
   returned: always
 addresses:
@@ -299,7 +300,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_read
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe, node_read
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.image_info import ImageInfoError
 
@@ -353,7 +354,7 @@ def main():
         specs = {"": {k: p[k] for k in DEPLOYMENT_OPTIONS}}
     try:
         answers = node_read.read(specs, node, lambda argv: run(module, argv), module.warn, module.check_mode,
-                                 os.environ.get("SSH_CONNECTION"))
+                                 node_probe.ssh_session())
     except (ProbeError, ImageInfoError) as exc:
         module.fail_json(msg=str(exc))
     if p["deployments"] is not None:

@@ -175,3 +175,24 @@ def test_the_head_reads_the_front_doors_image_with_the_rest():
     assert node_probe.image_id(there, "dgx-spark-vllm/door:1") == "sha256:7d3f"
     missing = runner([])  # Docker: "No such image"
     assert node_probe.image_id(missing, "dgx-spark-vllm/door:1") is None
+
+
+def fake_process(proc, pid, ppid, environ):
+    folder = proc / str(pid)
+    folder.mkdir()
+    (folder / "environ").write_bytes(b"\0".join(b"%s=%s" % (k.encode(), v.encode()) for k, v in environ.items()) + b"\0")
+    (folder / "stat").write_text("%d (s h) S %d %d 0 0" % (pid, ppid, pid))
+
+
+def test_the_ssh_session_is_read_from_the_shell_sshd_started_when_sudo_dropped_it(tmp_path):
+    """A non-root SSH user's become: sshd -> the user's shell (SSH_CONNECTION set) -> sudo -> sh -> the module, whose
+    environment sudo reset. The chain is a captured one's shape: a comm with a space and a parenthesis in it."""
+    session = "10.209.0.1 51234 10.209.0.10 22"
+    fake_process(tmp_path, 40, 1, {"PATH": "/usr/sbin"})  # sshd's
+    fake_process(tmp_path, 41, 40, {"USER": "nvidia", "SSH_CONNECTION": session})
+    fake_process(tmp_path, 42, 41, {"SUDO_USER": "nvidia"})  # sudo keeps none of it
+    fake_process(tmp_path, 43, 42, {"SUDO_USER": "nvidia"})
+    assert node_probe.ssh_session({"SUDO_USER": "nvidia"}, start=43, proc=str(tmp_path)) == session
+    assert node_probe.ssh_session({"SSH_CONNECTION": "10.0.0.9 1 10.0.0.1 2222"}, start=43, proc=str(tmp_path)) == "10.0.0.9 1 10.0.0.1 2222"
+    assert node_probe.ssh_session({}, start=40, proc=str(tmp_path)) is None  # a local connection: no ancestor has one
+    assert node_probe.ssh_session({}, start=99, proc=str(tmp_path)) is None  # a process gone meanwhile
