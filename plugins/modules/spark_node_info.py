@@ -299,8 +299,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import command
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import run
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe, node_read
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_read
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.image_info import ImageInfoError
 
@@ -354,7 +355,7 @@ def main():
         specs = {"": {k: p[k] for k in DEPLOYMENT_OPTIONS}}
     try:
         answers = node_read.read(specs, node, lambda argv: run(module, argv), module.warn, module.check_mode,
-                                 node_probe.ssh_session())
+                                 command.ssh_session())
     except (ProbeError, ImageInfoError) as exc:
         module.fail_json(msg=str(exc))
     if p["deployments"] is not None:

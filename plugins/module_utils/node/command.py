@@ -116,6 +116,29 @@ def sudo_caller(environ=None):
     return int(uid), int(gid)
 
 
+def ssh_session(environ=None, start=None, proc="/proc", hops=16):
+    """SSH_CONNECTION of the session this module runs in: its own environment's, or, when it runs through sudo (whose
+    env_reset drops it: a non-root SSH user's become, as on DGX OS), that of its nearest ancestor process that has it,
+    the shell sshd started for the SSH user (root reads any process's environ). None for a local connection."""
+    environ = os.environ if environ is None else environ
+    if environ.get("SSH_CONNECTION"):
+        return environ["SSH_CONNECTION"]
+    pid = os.getppid() if start is None else start
+    for dummy in range(hops):
+        if pid <= 1:
+            return None
+        try:
+            with open("%s/%d/environ" % (proc, pid), "rb") as handle:
+                for entry in handle.read().split(b"\0"):
+                    if entry.startswith(b"SSH_CONNECTION="):
+                        return entry.split(b"=", 1)[1].decode("ascii", "replace")
+            with open("%s/%d/stat" % (proc, pid), encoding="ascii", errors="replace") as handle:
+                pid = int(handle.read().rsplit(")", 1)[1].split()[1])  # "pid (comm) state ppid ..."
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
 def stage_for(caller, paths, prefix="dgx-spark-"):
     """Copies of ``paths`` (regular files, copy_regular) in a new folder that ``caller`` (sudo_caller's (uid, gid))
     alone owns, so that the SSH connection, which transfers files as that user and never through sudo, can copy to the

@@ -156,29 +156,6 @@ def addresses(found):
     return sorted({cidr.split("/")[0] for cidrs in found.values() for cidr in cidrs})
 
 
-def ssh_session(environ=None, start=None, proc="/proc", hops=16):
-    """SSH_CONNECTION of the session this module runs in: its own environment's, or, when it runs through sudo (whose
-    env_reset drops it: a non-root SSH user's become, as on DGX OS), that of its nearest ancestor process that has it,
-    the shell sshd started for the SSH user (root reads any process's environ). None for a local connection."""
-    environ = os.environ if environ is None else environ
-    if environ.get("SSH_CONNECTION"):
-        return environ["SSH_CONNECTION"]
-    pid = os.getppid() if start is None else start
-    for dummy in range(hops):
-        if pid <= 1:
-            return None
-        try:
-            with open("%s/%d/environ" % (proc, pid), "rb") as handle:
-                for entry in handle.read().split(b"\0"):
-                    if entry.startswith(b"SSH_CONNECTION="):
-                        return entry.split(b"=", 1)[1].decode("ascii", "replace")
-            with open("%s/%d/stat" % (proc, pid), encoding="ascii", errors="replace") as handle:
-                pid = int(handle.read().rsplit(")", 1)[1].split()[1])  # "pid (comm) state ppid ..."
-        except (OSError, ValueError, IndexError):
-            return None
-    return None
-
-
 def connection_interface(found, ssh_connection):
     """The interface whose address the Ansible connection arrived at (the third field of SSH_CONNECTION), or None for a
     local connection or an address no interface holds."""

@@ -3,6 +3,7 @@
 import json
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_probe
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import command
 
 from helpers import read_fixture
 
@@ -192,7 +193,7 @@ def test_the_ssh_session_is_read_from_the_shell_sshd_started_when_sudo_dropped_i
     fake_process(tmp_path, 41, 40, {"USER": "nvidia", "SSH_CONNECTION": session})
     fake_process(tmp_path, 42, 41, {"SUDO_USER": "nvidia"})  # sudo keeps none of it
     fake_process(tmp_path, 43, 42, {"SUDO_USER": "nvidia"})
-    assert node_probe.ssh_session({"SUDO_USER": "nvidia"}, start=43, proc=str(tmp_path)) == session
-    assert node_probe.ssh_session({"SSH_CONNECTION": "10.0.0.9 1 10.0.0.1 2222"}, start=43, proc=str(tmp_path)) == "10.0.0.9 1 10.0.0.1 2222"
-    assert node_probe.ssh_session({}, start=40, proc=str(tmp_path)) is None  # a local connection: no ancestor has one
-    assert node_probe.ssh_session({}, start=99, proc=str(tmp_path)) is None  # a process gone meanwhile
+    assert command.ssh_session({"SUDO_USER": "nvidia"}, start=43, proc=str(tmp_path)) == session
+    assert command.ssh_session({"SSH_CONNECTION": "10.0.0.9 1 10.0.0.1 2222"}, start=43, proc=str(tmp_path)) == "10.0.0.9 1 10.0.0.1 2222"
+    assert command.ssh_session({}, start=40, proc=str(tmp_path)) is None  # a local connection: no ancestor has one
+    assert command.ssh_session({}, start=99, proc=str(tmp_path)) is None  # a process gone meanwhile
