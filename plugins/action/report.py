@@ -5,11 +5,13 @@
 
 It runs in the controller's Ansible process: no module to start, so a report costs milliseconds, not the second
 a local copy task takes. A report is not state of the cluster: the task never reports a change. A report whose content
-is already in the file is not written again: a run that changes nothing writes nothing.
+is already in the file is not written again: a run that changes nothing writes nothing. A report that copies a record
+kept on the cluster (``copy_of`` names it) and finds the file different says so in a warning, naming the fields.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 from ansible.errors import AnsibleActionFail
@@ -19,7 +21,23 @@ from ansible_collections.dgx_spark.vllm.plugins.plugin_utils.controller import C
 ARGUMENT_SPEC = dict(
     path=dict(type="path", required=True),
     data=dict(type="raw", required=True),
+    copy_of=dict(type="str"),
 )
+
+
+def replaced_copy(path, kept, data, copy_of):
+    """What a user is told when the controller's copy of a record on the cluster differed from it: the cluster's wins."""
+    try:
+        old = json.loads(kept)
+    except ValueError:
+        old = None
+    if isinstance(old, dict) and isinstance(data, dict):
+        fields = sorted(key for key in set(old) | set(data) if old.get(key) != data.get(key))
+        what = "in %s" % ", ".join(fields)
+    else:
+        what = "(it was no JSON object)"
+    return ("The controller's copy %s differed from %s %s: the cluster's record wins, and the copy is now the same."
+            % (path, copy_of, what))
 
 
 class ActionModule(ControllerAction):
@@ -41,6 +59,8 @@ class ActionModule(ControllerAction):
                 os.chmod(path, 0o600)  # a file left by an older run keeps no wider mode
                 result["written"] = False
                 return result
+            if args.get("copy_of"):
+                result["warnings"] = [replaced_copy(path, kept, args["data"], args["copy_of"])]
         except (OSError, ValueError):
             pass
         result["written"] = True

@@ -40,6 +40,12 @@ options:
     description: What to write.
     type: raw
     required: true
+  copy_of:
+    description:
+      - What O(data) is a copy of, when it is a record kept on the cluster (the head's last-known-good record, say).
+      - When O(path) holds something else, the task warns, naming O(path), this and the fields that differed; the
+        cluster's record wins and the file is written from it.
+    type: str
 """
 
 EXAMPLES = r"""

@@ -824,7 +824,8 @@ def test_traps_on_a_serving_cluster_are_named_by_the_plan_then_taken_back(client
 
 def test_a_hard_killed_worker_is_named_by_status_and_pins_its_memory_until_it_reboots(client):
     """docker kill of the worker's container: status names it; on a GB10 its rank's memory stays pinned, so the re-run
-    refuses to launch into it and names the reboot; after the power cycle serve.yml restores the cluster."""
+    refuses to launch into it and names the reboot; after the power cycle serve.yml restores the cluster, and puts the
+    head's last-known-good record back over a controller's copy edited by hand, saying what differed."""
     started = time.monotonic()
     sim("faults-sim-hard-kill", {"hard_kill": ["sim-worker1"]})
     rc, out = playbook("status", log="faults-status-broken")
@@ -846,8 +847,17 @@ def test_a_hard_killed_worker_is_named_by_status_and_pins_its_memory_until_it_re
     back = time.monotonic() - rebooted
     # An idle GB10's 117.3 GiB less the new rank's 35.9 GiB (0.3 x 119.67): the pinned 36.6 GiB went with the reboot.
     assert 81 < available_gib(client, "sim-worker1") < 82
+    copy = os.path.join(SIM, ".artifacts", "last-known-good.json")
+    with open(copy, encoding="utf-8") as handle:
+        kept = json.load(handle)
+    with open(copy, "w", encoding="utf-8") as handle:  # the controller's copy edited by hand: not what the cluster serves
+        json.dump(dict(kept, overrides={"max_model_len": 64}), handle)
     rc, out = playbook("serve", log="faults-serve-restore", check=True)
     assert "Changes: none, every container and vLLM run as planned" in out
+    assert ("[WARNING]: The controller's copy %s differed from the last-known-good record on sim-head in overrides: the "
+            "cluster's record wins, and the copy is now the same." % copy) in " ".join(out.split())
+    with open(copy, encoding="utf-8") as handle:
+        assert json.load(handle) == kept
     record("fault", "worker container killed hard (docker kill) while serving",
            "status names it; the node's supervisor and serve.yml refuse to start into the pinned memory and name the "
            "reboot; after the power cycle (sim.yml -e sim_reboot=sim-worker1) the cluster comes back by itself (%.0f s "
