@@ -10,9 +10,10 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import bench
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.report import bench as bench_results
 
 
-def bench_sweep(bench_target, given, stamp, reports_dir):
-    """bench.yml's sweep: {config, points (each with its argv and result file), errors, dirs}."""
-    return bench.sweep(bench_target, given, stamp, reports_dir)
+def bench_sweep(bench_target, given, stamp, reports_dir, client=None, stage=None, user=None):
+    """bench.yml's sweep: {config, points (each with its argv and result file), errors, dirs}; from vllm_bench_from's
+    host with the folder ``stage`` staged there, as its ``user`` (uid:gid), asking ``client``."""
+    return bench.sweep(bench_target, given, stamp, reports_dir, client, stage, user)
 
 
 def bench_rows(points_run, runs, deployment):

@@ -1465,6 +1465,34 @@ def test_bench_writes_csv_json_plots_and_a_summary_compared_with_the_previous_ru
            "the key in none of them", seconds)
 
 
+def test_bench_from_a_host_outside_the_cluster_loads_the_front_door_from_there(client):
+    """vllm_bench_from=localhost (this machine, no node of the cluster; seed 004 measured from a third machine): the
+    point runs in this machine's Docker from the deployment's image, asking the head's front door with the key, and no
+    container starts on the head; the summary says where the load came from; nothing staged is left here. A host the
+    inventory lacks is refused before anything runs."""
+    import csv  # pylint: disable=import-outside-toplevel
+    import glob  # pylint: disable=import-outside-toplevel
+
+    rc, out = playbook("bench", "-e", "vllm_bench_from=sim-nowhere", log="faults-bench-from-nowhere")
+    assert rc != 0 and "vllm_bench_from=sim-nowhere is no host of this inventory" in " ".join(out.split())
+    staged = sorted(glob.glob("/tmp/dgx-spark-bench-*"))
+    since = int(time.time())
+    rc, out = playbook("bench", "-e", "vllm_bench_from=localhost", "-e", '{"vllm_bench_concurrency": [2]}', log="faults-bench-from", check=True)
+    until = int(time.time()) + 1
+    started = {name: [e["Actor"]["Attributes"].get("image") for e in docker_client.events(
+        since=since, until=until, decode=True, filters={"type": "container", "event": "start"})]
+        for name, docker_client in (("here", client), ("sim-head", node_docker("sim-head")))}
+    image_id = node_docker("sim-head").images.get("dgx-spark-sim/runtime:sim").id
+    assert started["here"] == [image_id] and started["sim-head"] == [], started
+    assert "- load generated from localhost, outside the cluster, through http://10.209.0.10:8000" in out
+    folder = sorted(glob.glob(os.path.join(SIM, ".artifacts", "bench", "*")))[-1]
+    with open(os.path.join(folder, "bench.csv"), encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 1 and rows[0]["errors"] == "0" and int(rows[0]["completed"]) == int(rows[0]["prompts"]) >= 8, rows
+    assert sorted(glob.glob("/tmp/dgx-spark-bench-*")) == staged  # the key's copy and the tokenizer went with the sweep
+    assert api_key() not in out
+
+
 LAYERED = b"""FROM dgx-spark-sim/runtime:sim
 RUN echo "a layer that changes nothing vLLM computes" > /etc/dgx-spark-upgrade-test
 """

@@ -38,6 +38,10 @@ DEFAULTS = {
 PERCENTILES = (50, 90, 99)
 
 
+TOKENIZER_MOUNT = "/run/dgx-spark-bench/tokenizer"  # outside the cluster: the model's tokenizer files, staged from the head
+CA_MOUNT = "/run/dgx-spark-bench/ca.pem"  # outside the cluster, with TLS: the certificate the front door is trusted by
+# A file of the model's folder that is not needed to tokenize: weights, and code (a load generator runs none of it).
+NOT_TOKENIZER = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".onnx", ".py", ".pyc")
 RESULT_DIR = "/tmp/dgx-spark-bench"  # inside the container that runs the sweep; each point's result is read from its output
 KEY_MOUNT = "/run/dgx-spark-bench/key"  # the client key, as that container sees it (read-only)
 # Runs ``vllm bench serve`` (argv[3:]) with the key read from the file argv[1] into this process's environment (the
@@ -64,13 +68,14 @@ with open(result, encoding="utf-8") as handle:
 """
 
 
-def target(cluster, head_entry, profile, max_model_len, key_file):
+def target(cluster, head_entry, profile, max_model_len, key_file, model_copy=None):
     """What bench.yml needs of the plan: the container each point runs in (one of its own on the head, from the image
     vLLM runs, so its ``vllm bench serve`` is the running vLLM's, with the Hugging Face cache read-only for the
     tokenizer and the client key ``key_file``, the head's 0600 copy, as one read-only file), the endpoint as the head
     reaches it, the model and its served name, where results go inside the container (its own /tmp: nothing of the
     head's is written by it and read by root), the deployment's max_model_len, the decode bound and the profile's
-    published figures."""
+    published figures; for a load generator outside the cluster (:func:`outside`), the image's ID and the tokenizer's
+    files in the head's copy of the model (``model_copy``, its probe's)."""
     spec = profile.get("bench") or {}
     serving = head_entry["containers"][0]
     hf = sorted((k, v) for k, v in (serving.get("env") or {}).items() if k.startswith("HF_") or k.startswith("TRANSFORMERS_"))
@@ -79,9 +84,35 @@ def target(cluster, head_entry, profile, max_model_len, key_file):
             + [a for k, v in hf for a in ("-e", "%s=%s" % (k, v))] + ["--entrypoint", "python3", serving["image"], "-c", RUN_POINT],
             "base_url": cluster["endpoint"]["local_health_url"].rsplit("/", 1)[0],
             "model": cluster["model"]["id"], "served_name": cluster["endpoint"]["served_model_name"], "key_file": KEY_MOUNT,
-            "result_dir": RESULT_DIR,
+            "result_dir": RESULT_DIR, "image_id": cluster.get("image_id") or serving["image"],
+            "tokenizer_files": tokenizer_files(model_copy),
             "max_model_len": max_model_len, "decode_bound": decode_bound(spec, len(cluster["expected_ips"])),
             "published": list(spec.get("published") or [])}
+
+
+def tokenizer_files(copy):
+    """The files of the head's copy of the model (its probe's ``model_copy``) that a load generator outside the cluster
+    needs to tokenize: the snapshot's top level without weights or code (config, tokenizer, chat template)."""
+    if not copy or not copy.get("snapshot"):
+        return []
+    return sorted("%s/%s" % (copy["snapshot"], name) for name in copy.get("present") or {}
+                  if "/" not in name and not name.lower().endswith(NOT_TOKENIZER))
+
+
+def outside(bench_target, client, stage, user):
+    """``vllm bench serve`` run from a host outside the cluster (``vllm_bench_from``; seed 004 measured from a third
+    machine, so the load generator took no CPU from a rank): the deployment's own image by its ID, the endpoint as a
+    client reaches it (``client``: the plan's endpoint.client, its front door or the gateway in front of it), and what
+    bench.yml staged in the private folder ``stage`` on that host: the client key, the tokenizer files and, with TLS,
+    the certificate to trust. Each is mounted read-only; the key is read as on the head (RUN_POINT). The container runs
+    as ``user`` (uid:gid), who owns the staged files: it holds no capability to read another's."""
+    run = ["docker", "run", "--rm", "--network", "host", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+           "--user", user, "-e", "HOME=/tmp",
+           "-v", "%s/tokenizer:%s:ro" % (stage, TOKENIZER_MOUNT), "-v", "%s/key:%s:ro" % (stage, KEY_MOUNT), "-e", "HF_HUB_OFFLINE=1"]
+    if client.get("ca_file"):
+        run += ["-v", "%s/ca.pem:%s:ro" % (stage, CA_MOUNT), "-e", "SSL_CERT_FILE=" + CA_MOUNT]
+    return dict(bench_target, run=run + ["--entrypoint", "python3", bench_target["image_id"], "-c", RUN_POINT],
+                base_url=client["url"], tokenizer=TOKENIZER_MOUNT)
 
 
 def settings(given, max_model_len=None):
@@ -138,22 +169,27 @@ def points(config, max_model_len=None):
 
 def argv(point, target, result_dir):
     """``vllm bench serve`` for one point, after RUN_POINT's key file and result file. ``target``: the endpoint as the
-    container reaches it (``base_url``), the model to tokenize with (``model``), the name it is served as
-    (``served_name``) and the key file inside the container (``key_file``). Its own output goes to stderr, and its
+    container reaches it (``base_url``), the model to tokenize with (``model``, or the folder ``tokenizer`` outside the
+    cluster), the name it is served as (``served_name``) and the key file inside the container (``key_file``). Its own output goes to stderr, and its
     result file to stdout: the point's row is read from what the command printed."""
     bench = ["bench", "serve", "--backend", "vllm", "--base-url", target["base_url"], "--endpoint", "/v1/completions",
-             "--model", target["model"], "--served-model-name", target["served_name"],
-             "--dataset-name", "random", "--random-input-len", str(point["input_len"]),
-             "--random-output-len", str(point["output_len"]), "--ignore-eos", "--num-prompts", str(point["prompts"]),
-             "--max-concurrency", str(point["concurrency"]), "--seed", "0",
-             "--percentile-metrics", "ttft,itl", "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
-             "--save-result", "--result-dir", result_dir, "--result-filename", point["name"] + ".json"]
+             "--model", target["model"], "--served-model-name", target["served_name"]]
+    if target.get("tokenizer"):
+        bench += ["--tokenizer", target["tokenizer"]]
+    bench += ["--dataset-name", "random", "--random-input-len", str(point["input_len"]),
+              "--random-output-len", str(point["output_len"]), "--ignore-eos", "--num-prompts", str(point["prompts"]),
+              "--max-concurrency", str(point["concurrency"]), "--seed", "0",
+              "--percentile-metrics", "ttft,itl", "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
+              "--save-result", "--result-dir", result_dir, "--result-filename", point["name"] + ".json"]
     return [target["key_file"], "%s/%s.json" % (result_dir, point["name"])] + bench
 
 
-def sweep(bench_target, given, stamp, reports_dir):
+def sweep(bench_target, given, stamp, reports_dir, client=None, stage=None, user=None):
     """The sweep of a plan's ``cluster.bench`` with the given settings, for the run named ``stamp``: {config, points,
-    errors, dirs}; ``dirs``: the run's folder inside the head's container and on the controller."""
+    errors, dirs}; ``dirs``: the run's folder inside the container that runs each point and on the controller. With
+    ``stage`` (the folder bench.yml staged on vllm_bench_from's host) each point runs there as ``user``, asking ``client``."""
+    if stage:
+        bench_target = outside(bench_target, client, stage, user)
     config, errors = settings(given, bench_target.get("max_model_len"))
     found, more = points(config, bench_target.get("max_model_len")) if not errors else ([], [])
     dirs = {"container": "%s/%s" % (bench_target["result_dir"], stamp), "controller": "%s/%s" % (reports_dir, stamp) if reports_dir else None}

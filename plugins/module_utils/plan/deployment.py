@@ -200,7 +200,8 @@ def plan_deployment(inputs, stage="full"):
     cluster["memory"] = memory(inputs, findings, result["parallel"], flags, result["gpu_memory_utilization"], max_len,
                                {n: result["nodes"][n]["config_hash"] for n in order}, common)
     cluster["canary"] = {"settings": canary.settings(profile), "basis": canary.basis({"cluster": cluster, "model": result["model"]})}
-    cluster["bench"] = bench.target(cluster, result["nodes"][head], profile, max_len, result["nodes"][head]["paths"]["api_key_file"])
+    cluster["bench"] = bench.target(cluster, result["nodes"][head], profile, max_len, result["nodes"][head]["paths"]["api_key_file"],
+                                    inputs["nodes"][head].get("model_copy"))
     for name in order:  # the supervisor that brings each node back after a boot: the hashes and memory are final now
         result["nodes"][name]["boot"] = boot.plan(settings, inputs["backend"], name, result["nodes"][name], cluster,
                                                   firewall.unit_name(settings["cluster_name"]) if settings["firewall"] else None)

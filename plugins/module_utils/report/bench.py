@@ -145,6 +145,8 @@ def summary(rows, previous, meta, bound, published, share):
     lines = ["# Benchmark of %s" % meta["profile"], "",
              "- image: %s (%s), vLLM %s" % (meta.get("image"), (meta.get("image_id") or "")[:19], meta.get("vllm_version")),
              "- config hash: %s; nodes: %s; taken %s" % (meta.get("config_hash"), ", ".join(meta.get("nodes") or []), meta.get("taken_at")),
+             "- load generated from %s" % ("%s, outside the cluster, through %s" % (meta["measured_from"], meta.get("url"))
+                                           if meta.get("measured_from") else "the head, in a container of its own"),
              "- decode bound (one stream): %s" % ("%.1f tokens/s (%d x 273 GB/s over the bytes read per token)"
                                                   % (bound, len(meta.get("nodes") or [])) if bound else "unknown (the profile "
                                                   "does not give its active parameters)"),

@@ -221,3 +221,30 @@ def test_a_head_without_the_clients_key_where_bench_and_the_supervisor_read_it_g
     m25 = profiles.load(profiles.find("minimax_m25_nvfp4_ep", [os.path.join(ROOT, "profiles")]))
     plan = deployment.plan_deployment(dict(spark_inputs(m25, tmp_path), api_key_digest=digest[:16]), stage="inventory")
     assert plan["nodes"]["spark1"]["probe"]["paths"].count(plan["nodes"]["spark1"]["paths"]["api_key_file"]) == 1
+
+
+def test_from_a_host_outside_the_cluster_each_point_runs_the_deployments_image_as_its_user_through_the_front_door():
+    """vllm_bench_from (seed 004 measured from a third machine): the image by its ID, the endpoint as a client reaches
+    it, the key, the tokenizer and the certificate staged in a private folder there, read-only, as the folder's owner."""
+    present = {"config.json": 1, "tokenizer.json": 9, "tokenizer_config.json": 1, "model-00001-of-00002.safetensors": 5,
+               "model.safetensors.index.json": 1, "modeling_minimax.py": 1, "sub/extra.json": 1, "chat_template.jinja": 1}
+    copy = {"snapshot": "/m/snapshots/abc", "present": present}
+    assert bench.tokenizer_files(copy) == ["/m/snapshots/abc/chat_template.jinja", "/m/snapshots/abc/config.json",
+                                           "/m/snapshots/abc/model.safetensors.index.json", "/m/snapshots/abc/tokenizer.json",
+                                           "/m/snapshots/abc/tokenizer_config.json"]
+    assert bench.tokenizer_files(None) == [] and bench.tokenizer_files({"snapshot": None}) == []
+    client = {"url": "https://10.0.0.10:8000", "ca_file": "/inv/.secrets/door.pem"}
+    sweep = bench.sweep(dict(TARGET, image_id="sha256:feed"), {"concurrency": [2]}, "t", None, client, "/tmp/dgx-spark-bench-x1", "1000:1000")
+    point = sweep["points"][0]["argv"]
+    run = point[:point.index(bench.RUN_POINT) + 1]
+    assert run[run.index("--entrypoint") + 1:] == ["python3", "sha256:feed", "-c", bench.RUN_POINT]
+    assert run[run.index("--user") + 1] == "1000:1000" and "--cap-drop" in run and "ALL" in run
+    for mount in ("/tmp/dgx-spark-bench-x1/key:/run/dgx-spark-bench/key:ro", "/tmp/dgx-spark-bench-x1/tokenizer:/run/dgx-spark-bench/tokenizer:ro",
+                  "/tmp/dgx-spark-bench-x1/ca.pem:/run/dgx-spark-bench/ca.pem:ro"):
+        assert mount in run
+    assert "SSL_CERT_FILE=/run/dgx-spark-bench/ca.pem" in run and "HF_HUB_OFFLINE=1" in run
+    assert point[point.index("--base-url") + 1] == "https://10.0.0.10:8000" and point[point.index("--tokenizer") + 1] == "/run/dgx-spark-bench/tokenizer"
+    plain = bench.sweep(dict(TARGET, image_id="sha256:feed"), {}, "t", None, {"url": "http://h:8000", "ca_file": None}, "/s", "0:0")
+    assert not any("ca.pem" in a or "SSL_CERT_FILE" in a for a in plain["points"][0]["argv"])
+    on_head = bench.sweep(TARGET, {}, "t", None)["points"][0]["argv"]
+    assert "--tokenizer" not in on_head and "--user" not in on_head and on_head[:len(TARGET["run"])] == TARGET["run"]

@@ -24,7 +24,6 @@ def test_every_seed_profile_has_its_write_up_as_data():
                      "nemotron3_super_nvfp4"]
 
 
-@pytest.mark.skipif(not os.path.isdir(seed_tables.SEEDS_TEXT), reason="the write-ups (../shared/reference/seeds) are not beside this checkout")
 @pytest.mark.parametrize("name", SEEDS)
 def test_quotes_are_verbatim_at_their_lines(name):
     seed = seed_tables.load_seed(name)
