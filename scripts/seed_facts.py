@@ -34,7 +34,7 @@ def line_numbers(spec):
     for part in re.split(r"[,\s]+", " ".join(str(s) for s in spec) if isinstance(spec, list) else str(spec or "")):
         if not part:
             continue
-        first, _, last = part.partition("-")
+        first, dummy, last = part.partition("-")
         found.update(range(int(first), int(last or first) + 1))
     return found
 
@@ -60,7 +60,7 @@ def row_problems(seed, lines, fact):
     if status not in STATUSES:
         problems.append("%s: status %r is none of %s" % (where, status, ", ".join(STATUSES)))
     if status == "tested":
-        path, _, name = str(fact.get("test", "")).partition("::")
+        path, dummy, name = str(fact.get("test", "")).partition("::")
         if not (path.startswith("tests/") and name.startswith("test")):
             problems.append("%s: a tested fact names its test as tests/<file>.py::test_name, not %r" % (where, fact.get("test")))
         elif not os.path.isfile(os.path.join(ROOT, path)):

@@ -99,6 +99,12 @@ def tokenizer_files(copy):
                   if "/" not in name and not name.lower().endswith(NOT_TOKENIZER))
 
 
+def staged(stage):
+    """Where bench.yml puts, in the private folder ``stage`` on vllm_bench_from's host, the key, the certificate and
+    the tokenizer's files (a folder)."""
+    return {"key": stage + "/key", "ca": stage + "/ca.pem", "tokenizer": stage + "/tokenizer"}
+
+
 def outside(bench_target, client, stage, user):
     """``vllm bench serve`` run from a host outside the cluster (``vllm_bench_from``; seed 004 measured from a third
     machine, so the load generator took no CPU from a rank): the deployment's own image by its ID, the endpoint as a
@@ -106,11 +112,12 @@ def outside(bench_target, client, stage, user):
     bench.yml staged in the private folder ``stage`` on that host: the client key, the tokenizer files and, with TLS,
     the certificate to trust. Each is mounted read-only; the key is read as on the head (RUN_POINT). The container runs
     as ``user`` (uid:gid), who owns the staged files: it holds no capability to read another's."""
+    files = staged(stage)
     run = ["docker", "run", "--rm", "--network", "host", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-           "--user", user, "-e", "HOME=/tmp",
-           "-v", "%s/tokenizer:%s:ro" % (stage, TOKENIZER_MOUNT), "-v", "%s/key:%s:ro" % (stage, KEY_MOUNT), "-e", "HF_HUB_OFFLINE=1"]
+           "--user", user, "-e", "HOME=/tmp", "-v", "%s:%s:ro" % (files["tokenizer"], TOKENIZER_MOUNT),
+           "-v", "%s:%s:ro" % (files["key"], KEY_MOUNT), "-e", "HF_HUB_OFFLINE=1"]
     if client.get("ca_file"):
-        run += ["-v", "%s/ca.pem:%s:ro" % (stage, CA_MOUNT), "-e", "SSL_CERT_FILE=" + CA_MOUNT]
+        run += ["-v", "%s:%s:ro" % (files["ca"], CA_MOUNT), "-e", "SSL_CERT_FILE=" + CA_MOUNT]
     return dict(bench_target, run=run + ["--entrypoint", "python3", bench_target["image_id"], "-c", RUN_POINT],
                 base_url=client["url"], tokenizer=TOKENIZER_MOUNT)
 
@@ -192,10 +199,12 @@ def sweep(bench_target, given, stamp, reports_dir, client=None, stage=None, user
         bench_target = outside(bench_target, client, stage, user)
     config, errors = settings(given, bench_target.get("max_model_len"))
     found, more = points(config, bench_target.get("max_model_len")) if not errors else ([], [])
-    dirs = {"container": "%s/%s" % (bench_target["result_dir"], stamp), "controller": "%s/%s" % (reports_dir, stamp) if reports_dir else None}
+    dirs = {"container": "%s/%s" % (bench_target["result_dir"], stamp), "controller": "%s/%s" % (reports_dir, stamp) if reports_dir else None,
+            # outside the cluster: where the tokenizer's files fetched from the head wait on the controller (removed after)
+            "tokenizer": "%s/%s.tokenizer/" % (reports_dir, stamp) if reports_dir else None}
     for point in found:  # each point's command on the head: it prints its result
         point["argv"] = list(bench_target["run"]) + argv(point, bench_target, dirs["container"])
-    return {"config": config, "points": found, "errors": errors + more, "dirs": dirs}
+    return {"config": config, "points": found, "errors": errors + more, "dirs": dirs, "staged": staged(stage) if stage else None}
 
 
 def decode_bound(profile_bench, nodes):

@@ -22,7 +22,9 @@ def test_the_default_sweep_is_the_write_ups_and_bounded():
     assert [p["concurrency"] for p in sweep["points"]] == [1, 2, 4, 8, 16, 32] and not sweep["errors"]
     assert [p["prompts"] for p in sweep["points"]] == [8, 8, 16, 32, 64, 128]  # 4 per stream, at least 8, at most 128
     assert sweep["points"][0]["name"] == "c1-in1024-out128"
-    assert sweep["dirs"] == {"container": "/tmp/dgx-spark-bench/20261124T120000Z", "controller": "/inv/.artifacts/bench/20261124T120000Z"}
+    assert sweep["dirs"] == {"container": "/tmp/dgx-spark-bench/20261124T120000Z", "controller": "/inv/.artifacts/bench/20261124T120000Z",
+                             "tokenizer": "/inv/.artifacts/bench/20261124T120000Z.tokenizer/"}
+    assert sweep["staged"] is None  # on the head: nothing is staged
 
 
 def test_the_default_lengths_fit_every_profiles_max_model_len():
@@ -243,6 +245,8 @@ def test_from_a_host_outside_the_cluster_each_point_runs_the_deployments_image_a
                   "/tmp/dgx-spark-bench-x1/ca.pem:/run/dgx-spark-bench/ca.pem:ro"):
         assert mount in run
     assert "SSL_CERT_FILE=/run/dgx-spark-bench/ca.pem" in run and "HF_HUB_OFFLINE=1" in run
+    assert sweep["staged"] == {"key": "/tmp/dgx-spark-bench-x1/key", "ca": "/tmp/dgx-spark-bench-x1/ca.pem",
+                               "tokenizer": "/tmp/dgx-spark-bench-x1/tokenizer"}
     assert point[point.index("--base-url") + 1] == "https://10.0.0.10:8000" and point[point.index("--tokenizer") + 1] == "/run/dgx-spark-bench/tokenizer"
     plain = bench.sweep(dict(TARGET, image_id="sha256:feed"), {}, "t", None, {"url": "http://h:8000", "ca_file": None}, "/s", "0:0")
     assert not any("ca.pem" in a or "SSL_CERT_FILE" in a for a in plain["points"][0]["argv"])
