@@ -136,10 +136,7 @@ def document():
 
 
 def main():
-    text = document()
-    with open(DOC, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    print("wrote %s" % DOC)
+    seed_tables.write(DOC, document())
 
 
 if __name__ == "__main__":

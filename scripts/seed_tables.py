@@ -239,10 +239,14 @@ def main():
                 json.dump(golden(name), handle, indent=2, sort_keys=True)
                 handle.write("\n")
             print("wrote %s" % os.path.join(GOLDEN, name + ".json"))
-    text = document()
-    with open(DOC, "w", encoding="utf-8") as handle:
+    write(DOC, document())
+
+
+def write(path, text):
+    """Write a generated document and say so."""
+    with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
-    print("wrote %s" % DOC)
+    print("wrote %s" % path)
 
 
 if __name__ == "__main__":
