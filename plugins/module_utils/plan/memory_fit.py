@@ -79,8 +79,8 @@ def cuda_hidden_bytes(mem_free_bytes, cuda_free_bytes):
 def pinned(name, meminfo_unaccounted_bytes, limit_bytes, mem_free_bytes=None, cuda=None):
     """Why ``name`` must be rebooted before a launch, as (the bytes held, the refusal), or None: pinned memory seen by
     either reading. ``meminfo_unaccounted_bytes`` is the probe's ``unaccounted_bytes`` (/proc/meminfo); ``cuda`` is
-    cudaMemGetInfo as vLLM sees it inside the image ({"free_bytes", "total_bytes"}: probe/unified_memory.parse_cuda_mem_info),
-    read beside /proc/meminfo's MemFree (``mem_free_bytes``)."""
+    cudaMemGetInfo as vLLM sees it, read through the node's driver ({"free_bytes", "total_bytes"}:
+    probe/unified_memory.cuda_mem_info), beside /proc/meminfo's MemFree (``mem_free_bytes``)."""
     fix = "memory pinned by a container that was killed hard. Nothing but a reboot frees it; reboot %s before launching" % name
     unaccounted = int(meminfo_unaccounted_bytes or 0)
     if unaccounted >= limit_bytes:
@@ -88,7 +88,7 @@ def pinned(name, meminfo_unaccounted_bytes, limit_bytes, mem_free_bytes=None, cu
                              % (name, unaccounted / float(GIB), fix))
     hidden = cuda_hidden_bytes(mem_free_bytes, cuda["free_bytes"]) if cuda and mem_free_bytes is not None else 0
     if hidden >= limit_bytes:
-        return hidden, ("%s: CUDA sees %.1f GiB free of %.1f GiB (cudaMemGetInfo inside the image) where /proc/meminfo has "
+        return hidden, ("%s: CUDA sees %.1f GiB free of %.1f GiB (cuMemGetInfo, as vLLM reads it) where /proc/meminfo has "
                         "%.1f GiB free: %.1f GiB held that neither nvidia-smi nor free shows: %s"
                         % (name, cuda["free_bytes"] / float(GIB), cuda["total_bytes"] / float(GIB), mem_free_bytes / float(GIB),
                            hidden / float(GIB), fix))

@@ -18,7 +18,7 @@ import fnmatch
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, process_group as pg, supervisor_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import Batch, collect, start
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import nccl_lib, node_probe
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.unified_memory import APPS_QUERY
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.unified_memory import APPS_QUERY, cuda_mem_info
 
 # What a deployment's read takes (the module's options of the same names); the rest is the node's.
 PER_DEPLOYMENT = ("gpu_memory_utilization", "memory_need", "image", "read_image", "image_cache_dir", "gpus", "containers", "serve_container",
@@ -86,7 +86,7 @@ def up_front(specs, docker, smi):
     return argvs
 
 
-def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
+def read(specs, node, run, warn, check_mode=False, ssh_connection=None, cuda_read=cuda_mem_info):
     """Each deployment's facts of this node: {name: facts}. ``specs``: each deployment's options (PER_DEPLOYMENT);
     ``node``: the node's (proc_root, sysfs_root, nvidia_smi and its path, docker); ``run(argv)`` runs a command; ``warn``
     says what is missing. Raises ProbeError (a probe input missing)."""
@@ -105,12 +105,18 @@ def read(specs, node, run, warn, check_mode=False, ssh_connection=None):
     envs = node_probe.container_env(batch, present, docker) if present else {}
     references = kept_references(specs)
     listed = node_probe.lines(batch, kept_argv(docker, references)) if references and common["docker"] is not None else []
-    answers = {}
+    answers, cuda = {}, {}
     for name, spec in specs.items():
         facts = dict(common, docker_ps=docker_ps, image_id=None, image=None, container_env={}, vllm=None,
                      model_config=None, weights_bytes=None, model_copy=None, kept_images=None, door_image_id=None)
         facts["memory"] = node_probe.memory(batch, warn, node["proc_root"], node["smi_path"], node["nvidia_smi"],
                                             spec.get("gpu_memory_utilization"), spec.get("memory_need"))
+        if facts["memory"].get("gpu") and not facts["memory"].get("gpu_processes"):
+            # Nothing holds the GPU, so a launch may follow: CUDA's own free beside /proc/meminfo finds memory a killed
+            # container left pinned that neither it nor nvidia-smi shows (plan/memory_fit.pinned). Read once a node.
+            if "answer" not in cuda:
+                cuda["answer"] = cuda_read()
+            facts["memory"]["cuda"] = cuda["answer"]
         facts.update(state=node_probe.state(spec.get("paths") or []), records=node_probe.records(spec.get("records") or []),
                      devices=node_probe.devices(spec.get("devices") or []),
                      resolved=node_probe.resolve(spec["resolve"]) if spec.get("resolve") else None)

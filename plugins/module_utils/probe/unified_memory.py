@@ -14,6 +14,7 @@ Pure functions over text and a proc tree; no Ansible imports, so the units test 
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_fit
@@ -242,19 +243,30 @@ def fit(cuda_total, available, available_after_drop, utilization, need=None):
     return memory_fit.verdict(cuda_total, available, available_after_drop, utilization, need)
 
 
-def parse_cuda_mem_info(text):
-    """Parse what ``python3 -c "import torch; print(*torch.cuda.mem_get_info())"`` prints inside the image: CUDA's
-    free and total bytes as vLLM sees them (cudaMemGetInfo; vLLM's MemorySnapshot reads the same call). On a GB10 the
-    free figure is about MemFree; memory a killed container left pinned is missing from it while /proc/meminfo and
-    nvidia-smi see nothing (seed 002, lines 11-13). The last line with two integers is the answer (the image may log
-    before it)."""
-    for line in reversed(text.splitlines()):
-        fields = line.replace(",", " ").replace("(", " ").replace(")", " ").split()
-        if len(fields) == 2 and all(f.isdigit() for f in fields):
-            free, total = int(fields[0]), int(fields[1])
-            if 0 <= free <= total and total > 0:
-                return {"free_bytes": free, "total_bytes": total}
-    raise ProbeError("no CUDA free/total in the image's answer: %r" % text[-200:])
+def cuda_mem_info(library="libcuda.so.1", loader=None):
+    """CUDA's own free and total bytes on device 0, {"free_bytes", "total_bytes"}, read through the node's driver
+    (cuMemGetInfo, the call under the cudaMemGetInfo vLLM's MemorySnapshot and torch.cuda.mem_get_info make: one driver
+    answers the host and every container alike); None where the node has no CUDA driver (the simulated nodes) or it
+    does not answer. On a GB10 the free figure is about MemFree; memory a killed container left pinned is missing from
+    it while /proc/meminfo and nvidia-smi see nothing (seed 002, lines 11-13). A context is made and destroyed here:
+    read it where nothing of ours runs (node_read), not beside a serving vLLM."""
+    try:
+        cuda = (loader or ctypes.CDLL)(library)
+    except OSError:
+        return None
+    device, context = ctypes.c_int(), ctypes.c_void_p()
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
+        return None
+    if cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device) != 0:
+        return None
+    try:
+        answered = cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)) == 0
+    finally:
+        cuda.cuCtxDestroy_v2(context)
+    if not answered or not 0 <= free.value <= total.value or total.value == 0:
+        return None
+    return {"free_bytes": int(free.value), "total_bytes": int(total.value)}
 
 
 def validate_utilization(utilization):

@@ -10,7 +10,6 @@ import pytest
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import (
     base, boot, deployment, memory as plan_memory, memory_fit, planner, profiles)
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory as um
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 
 from helpers import ROOT, read_fixture, spark_inputs
 
@@ -147,12 +146,58 @@ def test_the_supervisor_needs_what_the_plan_needs(tmp_path):
     assert need["need_available_bytes"] == memory_fit.needed_bytes(node["cuda_total_bytes"], 0.82, 5905580032, 6 * GIB)
 
 
-def test_cuda_mem_get_info_is_read_from_the_images_answer():
-    answer = {"free_bytes": 36259627008, "total_bytes": 128494518272}
-    assert um.parse_cuda_mem_info("INFO something\n36259627008 128494518272\n") == answer
-    assert um.parse_cuda_mem_info("(36259627008, 128494518272)") == {"free_bytes": 36259627008, "total_bytes": 128494518272}
-    with pytest.raises(ProbeError):
-        um.parse_cuda_mem_info("RuntimeError: CUDA driver initialization failed")
+class FakeDriver:
+    """libcuda.so.1 as ctypes sees it: each cu* call answers 0 (CUDA_SUCCESS) or the given error, and cuMemGetInfo_v2
+    writes the given free and total bytes; the calls are recorded (a context made must be destroyed)."""
+
+    def __init__(self, free, total, fail=None):
+        self.free, self.total, self.fail, self.calls = free, total, fail, []
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.calls.append(name)
+            if name == self.fail:
+                return 100  # CUDA_ERROR_NO_DEVICE
+            if name == "cuMemGetInfo_v2":
+                args[0]._obj.value, args[1]._obj.value = self.free, self.total  # pylint: disable=protected-access
+            return 0
+        return call
+
+
+def test_cuda_free_and_total_are_read_through_the_nodes_driver_and_its_context_let_go():
+    driver = FakeDriver(36259627008, 128494518272)
+    assert um.cuda_mem_info(loader=lambda name: driver) == {"free_bytes": 36259627008, "total_bytes": 128494518272}
+    assert driver.calls == ["cuInit", "cuDeviceGet", "cuCtxCreate_v2", "cuMemGetInfo_v2", "cuCtxDestroy_v2"]
+    failing = FakeDriver(1, 2, fail="cuMemGetInfo_v2")
+    assert um.cuda_mem_info(loader=lambda name: failing) is None and failing.calls[-1] == "cuCtxDestroy_v2"
+    assert um.cuda_mem_info(loader=lambda name: FakeDriver(1, 2, fail="cuInit")) is None
+
+    def missing(name):
+        raise OSError("%s: cannot open shared object file" % name)
+    assert um.cuda_mem_info(loader=missing) is None  # no driver: the simulated nodes
+    assert um.cuda_mem_info(loader=lambda name: FakeDriver(3, 2)) is None  # an answer that cannot be
+
+
+def test_the_probe_reads_cuda_once_a_node_and_only_where_nothing_holds_the_gpu(tmp_path):
+    """CUDA's reading makes a context: the probe takes it where nvidia-smi lists no compute process (a launch may
+    follow), once for every deployment on the node, and never beside a serving vLLM."""
+    from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import node_read
+
+    (tmp_path / "meminfo").write_text(read_fixture("meminfo", "gb10-idle.txt"))
+    smi = tmp_path / "nvidia-smi"  # a stand-in that prints the captured answers (the probe runs it in its batch)
+    smi.write_text('#!/bin/sh\ncase "$1" in --query-gpu*) cat %s/gpu.csv;; --query-compute-apps*) cat %s/apps.csv;; esac\n'
+                   % (tmp_path, tmp_path))
+    smi.chmod(0o755)
+    (tmp_path / "gpu.csv").write_text(read_fixture("nvidia_smi", "gb10-query-gpu.csv"))
+
+    node = {"docker": "docker", "smi_path": str(smi), "nvidia_smi": "nvidia-smi", "proc_root": str(tmp_path), "sysfs_root": str(tmp_path)}
+    for apps, reads in (("gb10-compute-apps-none.csv", 1), ("gb10-compute-apps-serving.csv", 0)):
+        (tmp_path / "apps.csv").write_text(read_fixture("nvidia_smi", apps))
+        asked = []
+        found = node_read.read({"chat": {}, "coder": {}}, node, lambda argv: (1, "", "not here"), lambda message: None,
+                               cuda_read=lambda asked=asked: asked.append(1) or seed_002_cuda())
+        assert len(asked) == reads
+        assert [found[n]["memory"].get("cuda") for n in ("chat", "coder")] == [seed_002_cuda() if reads else None] * 2
 
 
 def seed_002_cuda():
