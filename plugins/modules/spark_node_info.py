@@ -174,7 +174,11 @@ deployments:
   type: dict
   returned: with O(deployments)
 memory:
-  description: The C(unified_memory) fact of M(dgx_spark.vllm.unified_memory_info).
+  description:
+    - The C(unified_memory) fact of M(dgx_spark.vllm.unified_memory_info).
+    - Where nvidia-smi lists no compute process, C(cuda) adds CUDA's own C(free_bytes) and C(total_bytes), read through
+      the node's driver (cuMemGetInfo, the call under vLLM's cudaMemGetInfo); null where the node has no CUDA driver.
+      Memory a killed container left pinned shows there, short of MemFree, when /proc/meminfo and nvidia-smi show none.
   type: dict
   returned: without O(deployments)
 roce:

@@ -146,8 +146,8 @@ def check_node(name, facts, settings, planned_names, ports, findings):
         findings.error(name, runtimes, "%s: Docker has no nvidia runtime (it has %s); install nvidia-container-toolkit and run "
                        "nvidia-ctk runtime configure --runtime=docker, then restart Docker" % (name, ", ".join(runtimes) or "none"))
     memory = facts.get("memory") or {}
-    # Either reading shows pinned memory: /proc/meminfo's unaccounted bytes, or CUDA's own free (cudaMemGetInfo inside the
-    # image, ``memory.cuda`` when the probe read it) short of MemFree (seed 002: nvidia-smi 0 MB used, free -g plenty).
+    # Either reading shows pinned memory: /proc/meminfo's unaccounted bytes, or CUDA's own free (``memory.cuda``, read
+    # through the node's driver where nothing holds the GPU) short of MemFree (seed 002: nvidia-smi 0 MB used, free -g plenty).
     held = memory_fit.pinned(name, memory.get("unaccounted_bytes"), float(settings["unaccounted_limit_gib"]) * GIB,
                              memory.get("mem_free_bytes"), memory.get("cuda"))
     if held:

@@ -239,6 +239,20 @@ def test_flag_the_image_lacks_is_refused_or_dropped(tmp_path, m25):
     assert any("does not accept --swap-space; dropped" in w for w in plan["warnings"])
 
 
+def test_a_profile_raises_vllms_rank_sync_timeouts_as_seed_002_raised_sglangs(tmp_path, m25):
+    """Seed 002 raised SGLang's --dist-timeout to 1800 s for nodes loading at different speeds; vLLM's counterparts in
+    the image (--distributed-timeout-seconds, NCCL's; --cpu-distributed-timeout-seconds, gloo's) are settable by a
+    profile's vllm.flags and reach every rank's argv; the seed profiles set neither (docs/profiles.md says why)."""
+    inputs = spark_inputs(m25, tmp_path)
+    assert "--distributed-timeout-seconds" not in deployment.plan_deployment(copy.deepcopy(inputs))["cluster"]["vllm_argv"]
+    inputs["profile"]["vllm"]["flags"].update({"--distributed-timeout-seconds": "1800", "--cpu-distributed-timeout-seconds": "1800"})
+    plan = deployment.plan_deployment(inputs)
+    assert plan["ok"], plan["errors"]
+    argv = plan["cluster"]["vllm_argv"]
+    assert argv[argv.index("--distributed-timeout-seconds") + 1] == "1800"
+    assert argv[argv.index("--cpu-distributed-timeout-seconds") + 1] == "1800"
+
+
 def test_flag_value_outside_its_choices(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path)
     inputs["extra_flags"] = {"--kv-cache-dtype": "fp7"}
