@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import command, completion, firewall_state, metrics
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import process_group as pg
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import write_text  # also supervisor.write_text to its callers
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_fit
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import unified_memory
 
@@ -67,6 +68,10 @@ class Ops:
     def firewall(self, table, record):
         """The firewall table judged against the record of the one serve.yml loaded (node/firewall_state.py)."""
         return firewall_state.state(lambda argv: self.run(argv, timeout=20), table, record)
+
+    def cuda(self):
+        """CUDA's own free and total bytes through the node's driver, or None without one (probe/unified_memory.py)."""
+        return unified_memory.cuda_mem_info()
 
     def read(self, path):
         """A small regular file's text, never through a link (vLLM's state file is in a folder its container writes)."""
@@ -123,6 +128,10 @@ def memory_problem(need, ops):
     if unaccounted >= need["unaccounted_limit_bytes"]:
         return ("%.1f GiB is used that nothing explains: memory pinned by a container killed hard. Nothing but a reboot "
                 "frees it; reboot this node" % (unaccounted / GIB))
+    # What only CUDA sees held (seed 002: nvidia-smi 0 MB used, free -g plenty), as the plan judges it (memory_fit.pinned)
+    held = memory_fit.pinned("this node", 0, need["unaccounted_limit_bytes"], facts["mem_free_bytes"], ops.cuda())
+    if held:
+        return held[1]
     if need["need_available_bytes"] and available < need["need_available_bytes"]:
         return ("%.1f GiB available, the plan needs %.1f GiB; free memory (a page cache: echo 3 > /proc/sys/vm/drop_caches) "
                 "or run serve.yml with a lower gpu_memory_utilization" % (available / GIB, need["need_available_bytes"] / GIB))

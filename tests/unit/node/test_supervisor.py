@@ -83,8 +83,9 @@ class FakeNode(supervisor.Ops):
 
     docker = "docker"
 
-    def __init__(self, files=None, running=(), ray=None, healthy=False):
+    def __init__(self, files=None, running=(), ray=None, healthy=False, cuda=None):
         self.files = dict(files or {})
+        self.cuda_answer = cuda  # CUDA's own reading; none: no driver, as on the simulated nodes
         self.running = set(running)
         self.ray = ray
         self.healthy = healthy
@@ -100,6 +101,9 @@ class FakeNode(supervisor.Ops):
 
     def exists(self, path):
         return path in self.files
+
+    def cuda(self):
+        return self.cuda_answer
 
     def read(self, path):
         if path == "/state/run/vllm.json" and self.pgid:
@@ -200,6 +204,18 @@ def test_pinned_memory_refuses_the_start_and_says_why():
     assert (state, did) == ("refused", None)
     assert "container head runs" in detail and "pinned by a container killed hard" in detail and "reboot this node" in detail
     assert not any(c[1] == "start" for c in node.calls)
+
+
+def test_memory_only_cuda_sees_pinned_refuses_the_start_naming_the_reboot():
+    """Seed 002: after a hard kill nvidia-smi showed 0 MB used and free -g plenty, while CUDA saw 33.77 GiB free: the
+    supervisor reads CUDA's own free beside /proc/meminfo, as the plan does, and starts nothing into it."""
+    cuda = {"free_bytes": int(33.77 * boot.GIB), "total_bytes": int(119.67 * boot.GIB)}
+    node = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt")}, cuda=cuda)
+    state, detail, did = supervisor.look(head_config(), node, {})
+    assert (state, did) == ("refused", None) and not any(c[1] == "start" for c in node.calls)
+    assert "this node: CUDA sees 33.8 GiB free of 119.7 GiB" in detail and detail.endswith("reboot this node before launching")
+    idle = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt")})
+    assert supervisor.memory_problem(head_config()["memory"], idle) is None  # no driver: /proc/meminfo alone
 
 
 def test_too_little_free_memory_refuses_and_names_the_figures():
