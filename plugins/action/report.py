@@ -26,13 +26,16 @@ ARGUMENT_SPEC = dict(
 
 
 def replaced_copy(path, kept, data, copy_of):
-    """What a user is told when the controller's copy of a record on the cluster differed from it: the cluster's wins."""
+    """What a user is told when the controller's copy of a record on the cluster differed from it (the cluster's wins),
+    or None when only its layout differed."""
     try:
         old = json.loads(kept)
     except ValueError:
         old = None
     if isinstance(old, dict) and isinstance(data, dict):
         fields = sorted(key for key in set(old) | set(data) if old.get(key) != data.get(key))
+        if not fields:  # the same record written otherwise (an older writer's layout): nothing to tell
+            return None
         what = "in %s" % ", ".join(fields)
     else:
         what = "(it was no JSON object)"
@@ -59,8 +62,9 @@ class ActionModule(ControllerAction):
                 os.chmod(path, 0o600)  # a file left by an older run keeps no wider mode
                 result["written"] = False
                 return result
-            if args.get("copy_of"):
-                result["warnings"] = [replaced_copy(path, kept, args["data"], args["copy_of"])]
+            warning = replaced_copy(path, kept, args["data"], args["copy_of"]) if args.get("copy_of") else None
+            if warning:
+                result["warnings"] = [warning]
         except (OSError, ValueError):
             pass
         result["written"] = True

@@ -22,6 +22,7 @@ profile's write-up are drawn beside it. Pure. This file plans the sweep and its 
 from __future__ import annotations
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import MODELS_MOUNT
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import model_files as mf
 
 GB10_BANDWIDTH_BYTES_S = 273e9  # LPDDR5x bandwidth of one DGX Spark (NVIDIA's GB10 specification)
 DEFAULTS = {
@@ -40,8 +41,11 @@ PERCENTILES = (50, 90, 99)
 
 TOKENIZER_MOUNT = "/run/dgx-spark-bench/tokenizer"  # outside the cluster: the model's tokenizer files, staged from the head
 CA_MOUNT = "/run/dgx-spark-bench/ca.pem"  # outside the cluster, with TLS: the certificate the front door is trusted by
-# A file of the model's folder that is not needed to tokenize: weights, and code (a load generator runs none of it).
-NOT_TOKENIZER = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".onnx", ".py", ".pyc")
+# The files of a model's folder a load generator elsewhere needs to tokenize, by name: nothing else of the folder (no
+# weights, no code, nothing a path model's folder may hold beside them) leaves the cluster.
+TOKENIZER_NAMES = mf.TOKENIZER_FILES + ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "merges.txt",
+                                        "vocab.txt", "spiece.model", "config.json", "generation_config.json",
+                                        "chat_template.json", "chat_template.jinja")
 RESULT_DIR = "/tmp/dgx-spark-bench"  # inside the container that runs the sweep; each point's result is read from its output
 KEY_MOUNT = "/run/dgx-spark-bench/key"  # the client key, as that container sees it (read-only)
 # Runs ``vllm bench serve`` (argv[3:]) with the key read from the file argv[1] into this process's environment (the
@@ -92,11 +96,11 @@ def target(cluster, head_entry, profile, max_model_len, key_file, model_copy=Non
 
 def tokenizer_files(copy):
     """The files of the head's copy of the model (its probe's ``model_copy``) that a load generator outside the cluster
-    needs to tokenize: the snapshot's top level without weights or code (config, tokenizer, chat template)."""
+    needs to tokenize, named in TOKENIZER_NAMES (config, tokenizer, chat template) at the snapshot's top level."""
     if not copy or not copy.get("snapshot"):
         return []
     return sorted("%s/%s" % (copy["snapshot"], name) for name in copy.get("present") or {}
-                  if "/" not in name and not name.lower().endswith(NOT_TOKENIZER))
+                  if name in TOKENIZER_NAMES or name.endswith(".tiktoken"))
 
 
 def staged(stage):

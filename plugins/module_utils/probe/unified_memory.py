@@ -256,14 +256,17 @@ def cuda_mem_info(library="libcuda.so.1", loader=None):
         return None
     device, context = ctypes.c_int(), ctypes.c_void_p()
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
-        return None
-    if cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device) != 0:
-        return None
     try:
-        answered = cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)) == 0
-    finally:
-        cuda.cuCtxDestroy_v2(context)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
+            return None
+        if cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device) != 0:
+            return None
+        try:
+            answered = cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)) == 0
+        finally:
+            cuda.cuCtxDestroy_v2(context)
+    except AttributeError:  # a library of that name without the driver's calls (a stub)
+        return None
     if not answered or not 0 <= free.value <= total.value or total.value == 0:
         return None
     return {"free_bytes": int(free.value), "total_bytes": int(total.value)}

@@ -36,3 +36,10 @@ def test_a_copy_that_differed_from_the_cluster_s_record_is_replaced_with_a_warni
 def test_a_copy_written_for_the_first_time_warns_of_nothing(tmp_path):
     result = run_action("report", {"path": str(tmp_path / "lkg.json"), "data": {"a": 1}, "copy_of": "the head's record"})
     assert result["written"] is True and not result.get("warnings")
+
+
+def test_a_copy_that_differed_in_layout_alone_is_rewritten_without_a_warning(tmp_path):
+    path = tmp_path / "lkg.json"
+    path.write_text('{"a": 1}')  # the same record, another writer's layout
+    result = run_action("report", {"path": str(path), "data": {"a": 1}, "copy_of": "the head's record"})
+    assert result["written"] is True and not result.get("warnings") and json.loads(path.read_text()) == {"a": 1}

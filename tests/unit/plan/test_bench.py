@@ -229,11 +229,12 @@ def test_from_a_host_outside_the_cluster_each_point_runs_the_deployments_image_a
     """vllm_bench_from (seed 004 measured from a third machine): the image by its ID, the endpoint as a client reaches
     it, the key, the tokenizer and the certificate staged in a private folder there, read-only, as the folder's owner."""
     present = {"config.json": 1, "tokenizer.json": 9, "tokenizer_config.json": 1, "model-00001-of-00002.safetensors": 5,
-               "model.safetensors.index.json": 1, "modeling_minimax.py": 1, "sub/extra.json": 1, "chat_template.jinja": 1}
+               "model.safetensors.index.json": 1, "modeling_minimax.py": 1, "sub/tokenizer.json": 1, "chat_template.jinja": 1,
+               ".env": 1, "README.md": 1, "cl100k.tiktoken": 1}
     copy = {"snapshot": "/m/snapshots/abc", "present": present}
-    assert bench.tokenizer_files(copy) == ["/m/snapshots/abc/chat_template.jinja", "/m/snapshots/abc/config.json",
-                                           "/m/snapshots/abc/model.safetensors.index.json", "/m/snapshots/abc/tokenizer.json",
-                                           "/m/snapshots/abc/tokenizer_config.json"]
+    assert bench.tokenizer_files(copy) == ["/m/snapshots/abc/chat_template.jinja", "/m/snapshots/abc/cl100k.tiktoken",
+                                           "/m/snapshots/abc/config.json", "/m/snapshots/abc/tokenizer.json",
+                                           "/m/snapshots/abc/tokenizer_config.json"]  # by name: nothing else leaves
     assert bench.tokenizer_files(None) == [] and bench.tokenizer_files({"snapshot": None}) == []
     client = {"url": "https://10.0.0.10:8000", "ca_file": "/inv/.secrets/door.pem"}
     sweep = bench.sweep(dict(TARGET, image_id="sha256:feed"), {"concurrency": [2]}, "t", None, client, "/tmp/dgx-spark-bench-x1", "1000:1000")

@@ -176,6 +176,7 @@ def test_cuda_free_and_total_are_read_through_the_nodes_driver_and_its_context_l
         raise OSError("%s: cannot open shared object file" % name)
     assert um.cuda_mem_info(loader=missing) is None  # no driver: the simulated nodes
     assert um.cuda_mem_info(loader=lambda name: FakeDriver(3, 2)) is None  # an answer that cannot be
+    assert um.cuda_mem_info(loader=lambda name: object()) is None  # a library of that name without the driver's calls
 
 
 def test_the_probe_reads_cuda_once_a_node_and_only_where_nothing_holds_the_gpu(tmp_path):
