@@ -9,7 +9,8 @@ MemAvailable against total x gpu_memory_utilization at start-up. A container kil
 leave memory pinned that no live process, GPU context or kernel structure explains; this
 module calls that ``unaccounted_bytes``.
 
-Pure functions over text and a proc tree; no Ansible imports, so the units test them directly.
+Pure functions over text and a proc tree, and one read of CUDA's own figures through the node's driver
+(:func:`cuda_mem_info`, its library injectable); no Ansible imports, so the units test them directly.
 """
 
 from __future__ import annotations
