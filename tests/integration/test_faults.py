@@ -544,7 +544,11 @@ def test_each_rank_loads_its_nodes_system_nccl_and_the_plan_names_both_builds(cl
 # sim_tiny compiled (its --enforce-eager taken out): the CPU build compiles with inductor. vLLM 0.32's CPU build cannot
 # load its own AOT artifact back ("'function' object has no attribute 'finalize_loading'", then it compiles again), so
 # the compiled runs take the classic path (VLLM_USE_AOT_COMPILE=0), whose inductor cache is what a warm start reads.
-COMPILED = {"vllm_extra_flags": {"--enforce-eager": None}, "vllm_extra_env": {"VLLM_USE_AOT_COMPILE": "0"}}
+# The CPU build compiles in vLLM's DYNAMO_TRACE_ONCE mode (its platforms/cpu.py), torch's inductor called directly, so
+# vLLM's own "Directly load the compiled graph(s) ... from the cache" is never written here: inductor's own log says
+# where each rank's graph came from ("fx graph cache hit" or "miss", TORCH_LOGS), every rank's line kept (RAY_DEDUP_LOGS).
+COMPILED = {"vllm_extra_flags": {"--enforce-eager": None},
+            "vllm_extra_env": {"VLLM_USE_AOT_COMPILE": "0", "TORCH_LOGS": "torch._inductor.codecache", "RAY_DEDUP_LOGS": "0"}}
 
 
 def cache_files(node):
@@ -555,6 +559,17 @@ def cache_files(node):
 
 def vllm_log():
     return node_docker_exec("sim-head", ["cat", STATE + "/container/logs/vllm.log"])
+
+
+def last_start():
+    """The head's vllm.log since vLLM's last engine start (the log keeps every start)."""
+    return vllm_log().rsplit("Initializing a V1 LLM engine", 1)[-1]
+
+
+def graph_cache(text):
+    """Inductor's word on each rank's compiled graph in ``text``: {'hit': {rank, ...}, 'miss': {rank, ...}}."""
+    found = re.findall(r"\[rank(\d+)\]:.*fx graph cache (hit|miss) for key", text)
+    return {word: {int(rank) for rank, said in found if said == word} for word in ("hit", "miss")}
 
 
 def init_seconds():
@@ -570,6 +585,7 @@ def test_a_recreated_rank_starts_from_its_nodes_compile_cache_and_a_compiled_set
     playbook("teardown", log="faults-teardown-cold", check=True)
     playbook("serve", "-e", compiled, log="faults-serve-compile-cold", check=True)
     cold, made = init_seconds(), {n: cache_files(n) for n in ("sim-head", "sim-worker1")}
+    assert graph_cache(last_start()) == {"hit": set(), "miss": {0, 1}}, last_start()[-3000:]  # both ranks compiled
     assert all(len(folders) == 1 and sum(folders.values()) > 10 for folders in made.values()), made  # every rank compiled
     # A recreated container (teardown, then serve: as an upgrade, a rollback or a drift repair recreates it) compiles
     # nothing new: its node's folder is the same and holds the same files.
@@ -577,6 +593,8 @@ def test_a_recreated_rank_starts_from_its_nodes_compile_cache_and_a_compiled_set
     playbook("serve", "-e", compiled, log="faults-serve-compile-warm", check=True)
     warm = init_seconds()
     assert {n: cache_files(n) for n in ("sim-head", "sim-worker1")} == made
+    # Each rank's log says its graph came from the cache, as a warm Spark's says "Directly load the compiled graph(s)".
+    assert graph_cache(last_start()) == {"hit": {0, 1}, "miss": set()}, last_start()[-3000:]
     # The warm engine starts sooner than the cold one (vLLM's own figure, in the head's log).
     assert warm < cold, (cold, warm)
     assert chat() == 200
