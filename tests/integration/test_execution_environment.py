@@ -6,10 +6,12 @@ reachable here. So the test builds the same definition with only these swapped (
   package manager, Debian's python3 (3.11, as the shipped base's python3.11);
 - the collections of collections/requirements.yml are installed by the definition's own Galaxy step, from artifacts
   made of the copies this machine's `ansible` package carries (each one listed there, no other).
-Python packages (requirements.txt, the collections' own), bindep.txt, ansible-core and ansible-runner are the
-definition's. Then plan, serve, status and teardown run inside the image with ansible-runner's process isolation, as
-AWX runs a job, against the simulated cluster; and a check that imports what the playbooks need fails on an image
-that lacks it (the base) and passes on the EE."""
+Python packages (requirements.txt, the collections' own), bindep.txt, ansible-core, ansible-runner and this checkout
+as a collection artifact (its additional_build_files and the step that installs it) are the definition's. Then plan,
+serve, status and teardown run inside the image with ansible-runner's process isolation, as AWX runs a job, against
+the simulated cluster; an ad hoc job from a folder holding nothing of this project runs with the collection's
+callback; and a check that imports what the playbooks need fails on an image that lacks it (the base) and passes on
+the EE."""
 
 import copy
 import hashlib
@@ -134,7 +136,7 @@ def build_variant(context):
     variant["dependencies"]["galaxy"] = os.path.join(context, "requirements.yml")
     variant["dependencies"]["python"] = os.path.join(ROOT, "requirements.txt")
     variant["dependencies"]["system"] = os.path.join(ROOT, "bindep.txt")
-    variant["additional_build_files"] = artifacts
+    variant["additional_build_files"] = shipped["additional_build_files"] + artifacts  # this checkout's, by its own glob
     variant["options"]["tags"] = [EE_IMAGE]
     path = os.path.join(context, "execution-environment.yml")
     with open(path, "w", encoding="utf-8") as handle:
@@ -168,6 +170,8 @@ def fixture_execution_environment(tmp_path_factory):
         "RUN printf 'import pip  # noqa\\n' > /usr/lib/python3.11/ensurepip/__main__.py",
         "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt", ""]))
     run("ee-base-build", ["docker", "build", "-t", BASE_IMAGE, str(base)], timeout=1800)
+    # the definition's own first step, from this checkout: its artifact where the definition's glob finds it
+    run("ee-collection", ["ansible-galaxy", "collection", "build", "--force", "--output-path", str(work / "build"), ROOT])
     shipped, variant, definition = build_variant(str(work))
     run("ee-build", ["ansible-builder", "build", "-f", definition, "-c", str(work / "context"), "-t", EE_IMAGE,
                      "--container-runtime", "docker", "-v", "2"], timeout=3600)
@@ -187,6 +191,8 @@ def test_only_the_base_and_the_collection_sources_differ_from_the_shipped_defini
         assert variant["dependencies"][key] == shipped["dependencies"][key]
     assert os.path.basename(variant["dependencies"]["python"]) == shipped["dependencies"]["python"]
     assert os.path.basename(variant["dependencies"]["system"]) == os.path.basename(shipped["dependencies"]["system"])
+    assert variant["additional_build_files"][0] == shipped["additional_build_files"][0]  # this checkout, installed
+    assert variant["additional_build_steps"] == shipped["additional_build_steps"]
     with open(variant["dependencies"]["galaxy"], encoding="utf-8") as handle:
         sources = [c["name"] for c in yaml.safe_load(handle)["collections"]]
     installed = [os.path.basename(s)[:-len(".tar.gz")].replace("-", ".") for s in sources]
@@ -197,7 +203,8 @@ def test_only_the_base_and_the_collection_sources_differ_from_the_shipped_defini
 def test_the_check_names_what_an_image_lacks_and_the_ee_lacks_nothing(ee):
     lacking = check(BASE_IMAGE)
     assert {"python matplotlib", "collection community.docker"} <= {m.split(" (")[0] for m in lacking}, lacking
-    assert check(EE_IMAGE) == []
+    assert check(EE_IMAGE, ["dgx_spark.vllm"]) == []
+    assert "collection dgx_spark.vllm" in check(BASE_IMAGE, ["dgx_spark.vllm"])
     assert check(EE_IMAGE, ["nothere.atall"]) == ["collection nothere.atall"]  # the list is read, not only its rc
 
 
@@ -242,3 +249,21 @@ def test_plan_serve_status_teardown_run_inside_the_execution_environment(ee):
             for c in node_docker(node).containers.list(all=True, filters={"label": "dgx_spark.vllm.managed=true"})]
     assert not left, left
     run("ee-sim-down", ["ansible-playbook", "playbooks/sim.yml", "-e", "sim_state=absent"], env=environment())
+
+
+def test_an_ad_hoc_job_outside_this_project_loads_the_collections_callback(ee, tmp_path):
+    """AWX's own callback builds on the one the image names (ORIGINAL_STDOUT_CALLBACK=dgx_spark.vllm.progress): in an
+    image without the collection, any job outside this project (an ad hoc command, another project's playbook) died
+    with "NoneType takes no arguments". The collection is in the image: a ping of localhost, from a private data
+    directory holding nothing of this project, succeeds, and ansible-doc finds the callback by its name."""
+    private = tmp_path / "adhoc"
+    private.mkdir()
+    result = ansible_runner.run(private_data_dir=str(private), host_pattern="localhost", module="ansible.builtin.ping",
+                                inventory="localhost ansible_connection=local", quiet=True, timeout=600,
+                                process_isolation=True, process_isolation_executable="docker", container_image=EE_IMAGE)
+    output = result.stdout.read()
+    assert result.status == "successful" and result.rc == 0, output[-3000:]
+    assert "NoneType takes no arguments" not in output and '"ping": "pong"' in output, output[-3000:]
+    shown = subprocess.run(["docker", "run", "--rm", EE_IMAGE, "ansible-doc", "-t", "callback", "dgx_spark.vllm.progress"],
+                           capture_output=True, text=True, check=False)
+    assert shown.returncode == 0 and "dgx_spark.vllm.progress" in shown.stdout, shown.stderr[-2000:]

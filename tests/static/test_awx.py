@@ -159,6 +159,9 @@ def test_ansible_builder_renders_the_execution_environment(tmp_path):
                           ("collections/requirements.yml", "requirements.yml")):
         with open(os.path.join(ROOT, source), encoding="utf-8") as handle:
             assert (context / "_build" / built).read_text() == handle.read(), source
+    # this checkout, as a collection artifact, installed where every job finds it (the callback the image names)
+    assert "ansible-galaxy collection install --no-deps --collections-path /usr/share/ansible/collections" in containerfile
+    assert containerfile.index("collection install --no-deps") < containerfile.index("ORIGINAL_STDOUT_CALLBACK=dgx_spark.vllm.progress")
 
 
 def test_the_collection_declares_its_controller_needs_to_ansible_builder():
