@@ -16,6 +16,11 @@ def bench_sweep(bench_target, given, stamp, reports_dir, client=None, stage=None
     return bench.sweep(bench_target, given, stamp, reports_dir, client, stage, user)
 
 
+def bench_from_refusals(bench_from, known, cluster, client_url):
+    """What refuses vllm_bench_from before anything runs: a host unknown, a node of the cluster, an endpoint on loopback."""
+    return bench.from_refusals(bench_from, known, cluster, client_url)
+
+
 def bench_rows(points_run, runs, deployment):
     """One row per point from the result file its command printed, or a failed row saying why."""
     return bench_results.rows(points_run, runs, deployment)
@@ -25,4 +30,4 @@ class FilterModule:
     """dgx_spark.vllm's bench filters."""
 
     def filters(self):
-        return {"bench_sweep": bench_sweep, "bench_rows": bench_rows}
+        return {"bench_sweep": bench_sweep, "bench_from_refusals": bench_from_refusals, "bench_rows": bench_rows}

@@ -1492,12 +1492,14 @@ def test_bench_from_a_host_outside_the_cluster_loads_the_front_door_from_there(c
     """vllm_bench_from=localhost (this machine, no node of the cluster; seed 004 measured from a third machine): the
     point runs in this machine's Docker from the deployment's image, asking the head's front door with the key, and no
     container starts on the head; the summary says where the load came from; nothing staged is left here. A host the
-    inventory lacks is refused before anything runs."""
+    inventory lacks, and a node of the cluster, are refused before anything runs."""
     import csv  # pylint: disable=import-outside-toplevel
     import glob  # pylint: disable=import-outside-toplevel
 
     rc, out = playbook("bench", "-e", "vllm_bench_from=sim-nowhere", log="faults-bench-from-nowhere")
     assert rc != 0 and "vllm_bench_from=sim-nowhere is no host of this inventory" in " ".join(out.split())
+    rc, out = playbook("bench", "-e", "vllm_bench_from=sim-worker1", log="faults-bench-from-a-node")
+    assert rc != 0 and "vllm_bench_from=sim-worker1 is a node of spark_cluster" in " ".join(out.split())
     staged = sorted(glob.glob("/tmp/dgx-spark-bench-*"))
     since = int(time.time())
     rc, out = playbook("bench", "-e", "vllm_bench_from=localhost", "-e", '{"vllm_bench_concurrency": [2]}', log="faults-bench-from", check=True)

@@ -71,7 +71,7 @@ class Ops:
 
     def cuda(self):
         """CUDA's own free and total bytes through the node's driver, or None without one (probe/unified_memory.py)."""
-        return unified_memory.cuda_mem_info()
+        return unified_memory.cuda_mem_info_bounded()
 
     def read(self, path):
         """A small regular file's text, never through a link (vLLM's state file is in a folder its container writes)."""

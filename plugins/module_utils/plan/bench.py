@@ -21,6 +21,9 @@ profile's write-up are drawn beside it. Pure. This file plans the sweep and its 
 
 from __future__ import annotations
 
+import ipaddress
+import urllib.parse
+
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import MODELS_MOUNT
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import model_files as mf
 
@@ -124,6 +127,38 @@ def outside(bench_target, client, stage, user):
         run += ["-v", "%s:%s:ro" % (files["ca"], CA_MOUNT), "-e", "SSL_CERT_FILE=" + CA_MOUNT]
     return dict(bench_target, run=run + ["--entrypoint", "python3", bench_target["image_id"], "-c", RUN_POINT],
                 base_url=client["url"], tokenizer=TOKENIZER_MOUNT)
+
+
+def loopback(host):
+    """Whether ``host`` (a URL's host name) is this machine's loopback: localhost, 127.0.0.0/8 or ::1."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def from_refusals(bench_from, known, cluster, client_url):
+    """What refuses ``vllm_bench_from`` before anything runs, each naming the value and the fix: a host this inventory
+    does not know (``known``: localhost aside), a node of the cluster (``cluster``: its load generator would take CPU
+    from a rank, which a run from outside exists to avoid), or an endpoint a host outside cannot reach (``client_url``,
+    the plan's endpoint.client: on loopback, it answers the head alone). Nothing for a sweep run on the head."""
+    if not bench_from:
+        return []
+    if bench_from != "localhost" and bench_from not in known:
+        return ["vllm_bench_from=%s is no host of this inventory: name one (a machine outside spark_cluster, as seed 004 "
+                "measured from), localhost for this controller, or leave it unset to run the sweep on the head" % bench_from]
+    if bench_from in cluster:
+        return ["vllm_bench_from=%s is a node of spark_cluster: its load generator would take CPU from a rank, which a run "
+                "from outside avoids. Name a machine outside the cluster (or localhost for this controller), or leave it "
+                "unset to run the sweep on the head" % bench_from]
+    host = urllib.parse.urlsplit(client_url or "").hostname or ""
+    if loopback(host):
+        return ["vllm_bench_from=%s: the endpoint answers at %s, on the head's loopback alone, which no host outside the "
+                "cluster reaches. Bind it where clients reach it (vllm_bind_address), or leave vllm_bench_from unset to "
+                "run the sweep on the head" % (bench_from, client_url)]
+    return []
 
 
 def settings(given, max_model_len=None):

@@ -18,7 +18,7 @@ import fnmatch
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import firewall_state, process_group as pg, supervisor_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.command import Batch, collect, start
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import nccl_lib, node_probe
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.unified_memory import APPS_QUERY, cuda_mem_info
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.unified_memory import APPS_QUERY, cuda_mem_info_bounded
 
 # What a deployment's read takes (the module's options of the same names); the rest is the node's.
 PER_DEPLOYMENT = ("gpu_memory_utilization", "memory_need", "image", "read_image", "image_cache_dir", "gpus", "containers", "serve_container",
@@ -86,7 +86,7 @@ def up_front(specs, docker, smi):
     return argvs
 
 
-def read(specs, node, run, warn, check_mode=False, ssh_connection=None, cuda_read=cuda_mem_info):
+def read(specs, node, run, warn, check_mode=False, ssh_connection=None, cuda_read=cuda_mem_info_bounded):
     """Each deployment's facts of this node: {name: facts}. ``specs``: each deployment's options (PER_DEPLOYMENT);
     ``node``: the node's (proc_root, sysfs_root, nvidia_smi and its path, docker); ``run(argv)`` runs a command; ``warn``
     says what is missing. Raises ProbeError (a probe input missing)."""

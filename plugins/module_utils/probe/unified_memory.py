@@ -16,12 +16,17 @@ Pure functions over text and a proc tree, and one read of CUDA's own figures thr
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import select
+import signal
+import time
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_fit
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 
 KIB = 1024
+CUDA_READ_SECONDS = 10  # what a driver that answers needs many times over (a context is made and destroyed)
 MIB = 1024 * 1024
 
 # nvidia-smi's words for "this GPU does not report memory of its own" (GB10: "[N/A]").
@@ -271,6 +276,37 @@ def cuda_mem_info(library="libcuda.so.1", loader=None):
     if not answered or not 0 <= free.value <= total.value or total.value == 0:
         return None
     return {"free_bytes": int(free.value), "total_bytes": int(total.value)}
+
+
+def cuda_mem_info_bounded(seconds=CUDA_READ_SECONDS, read=cuda_mem_info):
+    """:func:`cuda_mem_info` in a child process given ``seconds``: a driver that does not answer (a GPU fault can leave
+    cuInit waiting) costs the probe or the supervisor those seconds and reads as None, never a run that waits for ever.
+    The child is killed then, and reaped if it goes (one stuck in the driver goes when the driver lets it)."""
+    readable, writable = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: read, answer through the pipe, and leave at once (nothing of the parent's runs here)
+        code = 1
+        try:
+            os.close(readable)
+            os.write(writable, json.dumps(read()).encode("ascii"))
+            code = 0
+        finally:
+            os._exit(code)  # pylint: disable=protected-access
+    os.close(writable)
+    try:
+        answer = os.read(readable, 4096) if select.select([readable], [], [], seconds)[0] else b""
+    finally:
+        os.close(readable)
+    if not answer:
+        os.kill(pid, signal.SIGKILL)
+    for dummy in range(20):
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            break
+        time.sleep(0.05)
+    try:
+        return json.loads(answer.decode("ascii")) if answer else None
+    except ValueError:
+        return None
 
 
 def validate_utilization(utilization):

@@ -225,6 +225,20 @@ def test_a_head_without_the_clients_key_where_bench_and_the_supervisor_read_it_g
     assert plan["nodes"]["spark1"]["probe"]["paths"].count(plan["nodes"]["spark1"]["paths"]["api_key_file"]) == 1
 
 
+def test_vllm_bench_from_is_refused_for_an_unknown_host_a_node_of_the_cluster_or_a_door_on_loopback():
+    known, cluster = ["spark-head", "spark-w1", "loadgen"], ["spark-head", "spark-w1"]
+    door = "http://192.168.1.10:8000"
+    assert bench.from_refusals("", known, cluster, door) == []  # on the head
+    assert bench.from_refusals("loadgen", known, cluster, door) == [] and bench.from_refusals("localhost", known, cluster, door) == []
+    assert "vllm_bench_from=nowhere is no host of this inventory" in bench.from_refusals("nowhere", known, cluster, door)[0]
+    refused = bench.from_refusals("spark-w1", known, cluster, door)
+    assert len(refused) == 1 and "vllm_bench_from=spark-w1 is a node of spark_cluster" in refused[0] and "take CPU from a rank" in refused[0]
+    for url in ("http://127.0.0.1:8000", "https://localhost:8000", "http://[::1]:8000"):
+        refused = bench.from_refusals("loadgen", known, cluster, url)
+        assert len(refused) == 1 and url in refused[0] and "vllm_bind_address" in refused[0], (url, refused)
+    assert bench.from_refusals("loadgen", known, cluster, "http://spark-head.lan:8000") == []  # a name: not loopback
+
+
 def test_from_a_host_outside_the_cluster_each_point_runs_the_deployments_image_as_its_user_through_the_front_door():
     """vllm_bench_from (seed 004 measured from a third machine): the image by its ID, the endpoint as a client reaches
     it, the key, the tokenizer and the certificate staged in a private folder there, read-only, as the folder's owner."""

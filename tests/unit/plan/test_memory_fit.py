@@ -179,6 +179,22 @@ def test_cuda_free_and_total_are_read_through_the_nodes_driver_and_its_context_l
     assert um.cuda_mem_info(loader=lambda name: object()) is None  # a library of that name without the driver's calls
 
 
+def test_a_driver_that_does_not_answer_costs_the_bound_and_reads_as_none():
+    """The read runs in a child given its seconds: a hung cuInit (a GPU fault) never holds the probe or the supervisor."""
+    import time  # pylint: disable=import-outside-toplevel
+
+    answer = {"free_bytes": 36259627008, "total_bytes": 128494518272}
+    assert um.cuda_mem_info_bounded(2, read=lambda: answer) == answer
+    assert um.cuda_mem_info_bounded(2, read=lambda: None) is None  # no driver
+    started = time.monotonic()
+    assert um.cuda_mem_info_bounded(0.5, read=lambda: time.sleep(30)) is None
+    assert time.monotonic() - started < 5
+
+    def broken():
+        raise RuntimeError("the driver's library failed")
+    assert um.cuda_mem_info_bounded(2, read=broken) is None
+
+
 def test_the_probe_reads_cuda_once_a_node_and_only_where_nothing_holds_the_gpu(tmp_path):
     """CUDA's reading makes a context: the probe takes it where nvidia-smi lists no compute process (a launch may
     follow), once for every deployment on the node, and never beside a serving vLLM."""
