@@ -22,7 +22,7 @@ def test_every_filter_is_registered_once_and_documented_for_ansible_doc():
         "env_parity", "environ_vars", "nccl_transport", "canary_reference", "canary_verdict",
         "node_state", "status_report", "recover_decision", "recover_refusal",
         "last_known_good_record", "deployment_restore", "upgrade_change", "upgrade_failure_line",
-        "upgrade_report", "bench_sweep", "bench_rows", "human_bytes", "rsync_summary",
+        "upgrade_report", "bench_sweep", "bench_from_refusals", "bench_rows", "human_bytes", "rsync_summary",
         "ring_failures", "ring_table", "ring_ends", "perftest_argv", "perftest_verdict", "gateway_config",
         "host_guard_files", "swap_findings", "serve_summary", "serve_summaries", "door_keys"}
     documented = {os.path.basename(p)[:-4] for p in glob.glob(os.path.join(ROOT, "plugins", "filter", "*.yml"))}
