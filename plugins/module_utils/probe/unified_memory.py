@@ -278,29 +278,57 @@ def cuda_mem_info(library="libcuda.so.1", loader=None):
     return {"free_bytes": int(free.value), "total_bytes": int(total.value)}
 
 
+# The children of earlier reads not reaped yet (one stuck in the driver): a caller that lives on (the supervisor, a look
+# every few seconds) reads again only once the last one has gone, so a wedged driver costs it one process, not one a look.
+UNREAPED = set()
+
+
+def reap():
+    """Reap the children of earlier reads that have gone; True while one is still there."""
+    for pid in list(UNREAPED):
+        try:
+            if not os.waitpid(pid, os.WNOHANG)[0]:
+                continue
+        except ChildProcessError:
+            pass
+        UNREAPED.discard(pid)
+    return bool(UNREAPED)
+
+
 def cuda_mem_info_bounded(seconds=CUDA_READ_SECONDS, read=cuda_mem_info):
     """:func:`cuda_mem_info` in a child process given ``seconds``: a driver that does not answer (a GPU fault can leave
     cuInit waiting) costs the probe or the supervisor those seconds and reads as None, never a run that waits for ever.
-    The child is killed then, and reaped if it goes (one stuck in the driver goes when the driver lets it)."""
+    The child holds nothing of its parent's but the pipe it answers through (not the module's output, which would keep
+    an SSH session open, nor the supervisor's listening socket); it is killed at the deadline and reaped when it goes
+    (one stuck in the driver goes when the driver lets it, and no other read starts meanwhile: None)."""
+    if reap():
+        return None
     readable, writable = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: read, answer through the pipe, and leave at once (nothing of the parent's runs here)
+    if pid == 0:  # the child: its parent's files closed, read, answer through the pipe, and leave at once
         code = 1
         try:
-            os.close(readable)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, writable)
+            os.closerange(writable + 1, os.sysconf("SC_OPEN_MAX"))
             os.write(writable, json.dumps(read()).encode("ascii"))
             code = 0
         finally:
             os._exit(code)  # pylint: disable=protected-access
+    UNREAPED.add(pid)
     os.close(writable)
+    answer = b""
     try:
-        answer = os.read(readable, 4096) if select.select([readable], [], [], seconds)[0] else b""
+        if select.select([readable], [], [], seconds)[0]:
+            answer = os.read(readable, 4096)
     finally:
         os.close(readable)
-    if not answer:
-        os.kill(pid, signal.SIGKILL)
+        if not answer:
+            os.kill(pid, signal.SIGKILL)
     for dummy in range(20):
-        if os.waitpid(pid, os.WNOHANG)[0]:
+        if pid not in UNREAPED or not reap():
             break
         time.sleep(0.05)
     try:

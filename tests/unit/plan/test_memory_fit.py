@@ -193,6 +193,44 @@ def test_a_driver_that_does_not_answer_costs_the_bound_and_reads_as_none():
     def broken():
         raise RuntimeError("the driver's library failed")
     assert um.cuda_mem_info_bounded(2, read=broken) is None
+    with pytest.raises(ChildProcessError):  # every child reaped, the killed one too
+        os.waitpid(-1, os.WNOHANG)
+    assert not um.UNREAPED
+
+
+def test_while_the_last_reads_child_is_stuck_in_the_driver_no_other_starts(monkeypatch):
+    """The supervisor looks every few seconds: a wedged driver must cost it one process, not one a look."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+
+    stuck = subprocess.Popen(["sleep", "30"])  # a child that has not gone, as one in the driver's call stays
+    monkeypatch.setattr(um, "UNREAPED", {stuck.pid})
+    calls = []
+    assert um.cuda_mem_info_bounded(2, read=lambda: calls.append(1) or {"free_bytes": 1, "total_bytes": 2}) is None
+    assert calls == [] and um.UNREAPED == {stuck.pid}
+    stuck.kill()
+    stuck.wait()  # gone (here reaped by Popen; the read then finds it gone and reads again)
+    assert um.cuda_mem_info_bounded(2, read=lambda: {"free_bytes": 1, "total_bytes": 2}) == {"free_bytes": 1, "total_bytes": 2}
+    assert not um.UNREAPED
+
+
+def test_the_reads_child_holds_none_of_its_parents_files(tmp_path):
+    """A child stuck in the driver must not keep the module's output (an SSH session) or a listening socket open."""
+    kept = os.open(str(tmp_path / "parents"), os.O_CREAT | os.O_WRONLY)
+    try:
+        def open_files():
+            found = {}
+            for name in os.listdir("/proc/self/fd"):
+                try:
+                    found[name] = os.readlink("/proc/self/fd/" + name)
+                except OSError:  # listdir's own, closed by now
+                    pass
+            return found
+        seen = um.cuda_mem_info_bounded(2, read=open_files)
+    finally:
+        os.close(kept)
+    assert str(tmp_path / "parents") not in seen.values(), seen
+    assert [seen[fd] for fd in ("0", "1", "2")] == ["/dev/null"] * 3, seen
+    assert len([t for t in seen.values() if t.startswith("pipe:")]) == 1, seen  # the answer's alone
 
 
 def test_the_probe_reads_cuda_once_a_node_and_only_where_nothing_holds_the_gpu(tmp_path):
