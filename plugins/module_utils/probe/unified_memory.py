@@ -26,8 +26,8 @@ from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import memory_
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.errors import ProbeError
 
 KIB = 1024
-CUDA_READ_SECONDS = 10  # what a driver that answers needs many times over (a context is made and destroyed)
 MIB = 1024 * 1024
+CUDA_READ_SECONDS = 10  # what a driver that answers needs many times over (a context is made and destroyed)
 
 # nvidia-smi's words for "this GPU does not report memory of its own" (GB10: "[N/A]").
 _NO_MEMORY = ("[n/a]", "n/a", "[not supported]", "not supported", "")
@@ -327,8 +327,9 @@ def cuda_mem_info_bounded(seconds=CUDA_READ_SECONDS, read=cuda_mem_info):
         os.close(readable)
         if not answer:
             os.kill(pid, signal.SIGKILL)
-    for dummy in range(20):
-        if pid not in UNREAPED or not reap():
+    for dummy in range(20):  # it answered and leaves, or was killed: gone within a moment, unless stuck in the driver
+        reap()
+        if pid not in UNREAPED:
             break
         time.sleep(0.05)
     try:
