@@ -16,9 +16,9 @@ def bench_sweep(bench_target, given, stamp, reports_dir, client=None, stage=None
     return bench.sweep(bench_target, given, stamp, reports_dir, client, stage, user)
 
 
-def bench_from_refusals(bench_from, known, cluster, client_url):
+def bench_from_refusals(bench_from, known, cluster, client_url, addresses=None):
     """What refuses vllm_bench_from before anything runs: a host unknown, a node of the cluster, an endpoint on loopback."""
-    return bench.from_refusals(bench_from, known, cluster, client_url)
+    return bench.from_refusals(bench_from, known, cluster, client_url, addresses)
 
 
 def bench_rows(points_run, runs, deployment):

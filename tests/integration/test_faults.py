@@ -6,6 +6,7 @@ import os
 import re
 import ssl
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -1492,7 +1493,7 @@ def test_bench_from_a_host_outside_the_cluster_loads_the_front_door_from_there(c
     """vllm_bench_from=localhost (this machine, no node of the cluster; seed 004 measured from a third machine): the
     point runs in this machine's Docker from the deployment's image, asking the head's front door with the key, and no
     container starts on the head; the summary says where the load came from; nothing staged is left here. A host the
-    inventory lacks, and a node of the cluster, are refused before anything runs."""
+    inventory lacks, a node of the cluster, and another name for a node, are refused before anything runs."""
     import csv  # pylint: disable=import-outside-toplevel
     import glob  # pylint: disable=import-outside-toplevel
 
@@ -1500,6 +1501,13 @@ def test_bench_from_a_host_outside_the_cluster_loads_the_front_door_from_there(c
     assert rc != 0 and "vllm_bench_from=sim-nowhere is no host of this inventory" in " ".join(out.split())
     rc, out = playbook("bench", "-e", "vllm_bench_from=sim-worker1", log="faults-bench-from-a-node")
     assert rc != 0 and "vllm_bench_from=sim-worker1 is a node of spark_cluster" in " ".join(out.split())
+    with tempfile.TemporaryDirectory() as folder:  # another name for the worker, as a second inventory may give it
+        with open(os.path.join(folder, "alias.yml"), "w", encoding="utf-8") as handle:
+            handle.write("all:\n  hosts:\n    sim-worker1-alias:\n      ansible_host: %s\n" % NODE_ADDRESSES["sim-worker1"][0])
+        rc, out = playbook("bench", "-i", SIM, "-i", os.path.join(folder, "alias.yml"), "-e", "vllm_bench_from=sim-worker1-alias",
+                           log="faults-bench-from-a-node-alias")
+    assert rc != 0 and ("vllm_bench_from=sim-worker1-alias reaches %s, the address of sim-worker1" % NODE_ADDRESSES["sim-worker1"][0]
+                        in " ".join(out.split()))
     staged = sorted(glob.glob("/tmp/dgx-spark-bench-*"))
     since = int(time.time())
     rc, out = playbook("bench", "-e", "vllm_bench_from=localhost", "-e", '{"vllm_bench_concurrency": [2]}', log="faults-bench-from", check=True)

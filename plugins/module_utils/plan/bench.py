@@ -139,20 +139,33 @@ def loopback(host):
         return False
 
 
-def from_refusals(bench_from, known, cluster, client_url):
+# The names Ansible itself takes for the controller (its implicit localhost) where a play delegates to them.
+CONTROLLER_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def from_refusals(bench_from, known, cluster, client_url, addresses=None):
     """What refuses ``vllm_bench_from`` before anything runs, each naming the value and the fix: a host this inventory
-    does not know (``known``: localhost aside), a node of the cluster (``cluster``: its load generator would take CPU
-    from a rank, which a run from outside exists to avoid), or an endpoint a host outside cannot reach (``client_url``,
-    the plan's endpoint.client: on loopback, it answers the head alone). Nothing for a sweep run on the head."""
+    does not know (``known``: the controller's own names aside), a node of the cluster (``cluster``: its load generator
+    would take CPU from a rank, which a run from outside exists to avoid), another name of a node (``addresses``: each
+    host's address, its ansible_host, where two names reach one machine), or an endpoint a host outside cannot reach
+    (``client_url``, the plan's endpoint.client: on loopback, it answers the head alone). Nothing for a sweep run on
+    the head."""
     if not bench_from:
         return []
-    if bench_from != "localhost" and bench_from not in known:
+    if bench_from not in CONTROLLER_NAMES and bench_from not in known:
         return ["vllm_bench_from=%s is no host of this inventory: name one (a machine outside spark_cluster, as seed 004 "
                 "measured from), localhost for this controller, or leave it unset to run the sweep on the head" % bench_from]
     if bench_from in cluster:
         return ["vllm_bench_from=%s is a node of spark_cluster: its load generator would take CPU from a rank, which a run "
                 "from outside avoids. Name a machine outside the cluster (or localhost for this controller), or leave it "
                 "unset to run the sweep on the head" % bench_from]
+    addresses = addresses or {}
+    reached = addresses.get(bench_from) or bench_from
+    nodes = [n for n in cluster if (addresses.get(n) or n) == reached]
+    if bench_from not in CONTROLLER_NAMES and nodes:
+        return ["vllm_bench_from=%s reaches %s, the address of %s, a node of spark_cluster: its load generator would take "
+                "CPU from a rank, which a run from outside avoids. Name a machine outside the cluster (or localhost for "
+                "this controller), or leave it unset to run the sweep on the head" % (bench_from, reached, nodes[0])]
     host = urllib.parse.urlsplit(client_url or "").hostname or ""
     if loopback(host):
         return ["vllm_bench_from=%s: the endpoint answers at %s, on the head's loopback alone, which no host outside the "

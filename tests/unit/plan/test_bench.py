@@ -239,6 +239,20 @@ def test_vllm_bench_from_is_refused_for_an_unknown_host_a_node_of_the_cluster_or
     assert bench.from_refusals("loadgen", known, cluster, "http://spark-head.lan:8000") == []  # a name: not loopback
 
 
+def test_vllm_bench_from_names_the_controller_as_ansible_does_and_another_name_for_a_node_is_refused_with_its_address():
+    known, cluster = ["spark-head", "spark-w1", "loadgen", "w1-bmc-name"], ["spark-head", "spark-w1"]
+    door = "http://192.168.1.10:8000"
+    addresses = {"spark-head": "192.168.1.10", "spark-w1": "192.168.1.11", "loadgen": "192.168.1.50", "w1-bmc-name": "192.168.1.11"}
+    for controller in ("localhost", "127.0.0.1", "::1"):  # Ansible's implicit localhost: this controller
+        assert bench.from_refusals(controller, known, cluster, door, addresses) == [], controller
+    assert bench.from_refusals("loadgen", known, cluster, door, addresses) == []
+    refused = bench.from_refusals("w1-bmc-name", known, cluster, door, addresses)
+    assert len(refused) == 1 and "vllm_bench_from=w1-bmc-name reaches 192.168.1.11, the address of spark-w1, a node" in refused[0]
+    # A host without an address is reached by its name: a name that is a node's own refuses as that node.
+    assert "the address of spark-w1" in bench.from_refusals("loadgen", known + ["spark-w1"], cluster, door,
+                                                           {"loadgen": "spark-w1"})[0]
+
+
 def test_from_a_host_outside_the_cluster_each_point_runs_the_deployments_image_as_its_user_through_the_front_door():
     """vllm_bench_from (seed 004 measured from a third machine): the image by its ID, the endpoint as a client reaches
     it, the key, the tokenizer and the certificate staged in a private folder there, read-only, as the folder's owner."""
