@@ -80,8 +80,14 @@ def pinned(name, meminfo_unaccounted_bytes, limit_bytes, mem_free_bytes=None, cu
     """Why ``name`` must be rebooted before a launch, as (the bytes held, the refusal), or None: pinned memory seen by
     either reading. ``meminfo_unaccounted_bytes`` is the probe's ``unaccounted_bytes`` (/proc/meminfo); ``cuda`` is
     cudaMemGetInfo as vLLM sees it, read through the node's driver ({"free_bytes", "total_bytes"}:
-    probe/unified_memory.cuda_mem_info), beside /proc/meminfo's MemFree (``mem_free_bytes``)."""
+    probe/unified_memory.cuda_mem_info; ``{"unanswered_seconds"}`` where the driver gave no answer in time), beside
+    /proc/meminfo's MemFree (``mem_free_bytes``)."""
     fix = "memory pinned by a container that was killed hard. Nothing but a reboot frees it; reboot %s before launching" % name
+    if cuda and cuda.get("unanswered_seconds") is not None:  # probe/unified_memory.cuda_mem_info_bounded: not no driver
+        return ("no answer in %g s" % cuda["unanswered_seconds"],
+                "%s: CUDA's driver gave no answer within %g s (cuInit or cuMemGetInfo waiting, as a GPU fault leaves it): vLLM "
+                "would wait on it for ever. Nothing but a reboot clears it; reboot %s before launching"
+                % (name, cuda["unanswered_seconds"], name))
     unaccounted = int(meminfo_unaccounted_bytes or 0)
     if unaccounted >= limit_bytes:
         return unaccounted, ("%s holds %.1f GiB that no process, GPU context or kernel structure explains: %s"

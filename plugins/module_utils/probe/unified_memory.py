@@ -297,12 +297,14 @@ def reap():
 
 def cuda_mem_info_bounded(seconds=CUDA_READ_SECONDS, read=cuda_mem_info):
     """:func:`cuda_mem_info` in a child process given ``seconds``: a driver that does not answer (a GPU fault can leave
-    cuInit waiting) costs the probe or the supervisor those seconds and reads as None, never a run that waits for ever.
+    cuInit waiting) costs the probe or the supervisor those seconds, never a run that waits for ever, and reads as
+    ``{"unanswered_seconds": seconds}``, not as no driver (None): vLLM would wait on that driver too, so the plan and
+    the supervisor refuse a launch with it (plan/memory_fit.pinned).
     The child holds nothing of its parent's but the pipe it answers through (not the module's output, which would keep
     an SSH session open, nor the supervisor's listening socket); it is killed at the deadline and reaped when it goes
-    (one stuck in the driver goes when the driver lets it, and no other read starts meanwhile: None)."""
+    (one stuck in the driver goes when the driver lets it, and no other read starts meanwhile: the same no answer)."""
     if reap():
-        return None
+        return {"unanswered_seconds": seconds}
     readable, writable = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its parent's files closed, read, answer through the pipe, and leave at once
@@ -319,9 +321,10 @@ def cuda_mem_info_bounded(seconds=CUDA_READ_SECONDS, read=cuda_mem_info):
             os._exit(code)  # pylint: disable=protected-access
     UNREAPED.add(pid)
     os.close(writable)
-    answer = b""
+    answer, answered = b"", False
     try:
-        if select.select([readable], [], [], seconds)[0]:
+        if select.select([readable], [], [], seconds)[0]:  # an answer, or the pipe closed by a child that failed
+            answered = True
             answer = os.read(readable, 4096)
     finally:
         os.close(readable)
@@ -332,6 +335,8 @@ def cuda_mem_info_bounded(seconds=CUDA_READ_SECONDS, read=cuda_mem_info):
         if pid not in UNREAPED:
             break
         time.sleep(0.05)
+    if not answered:
+        return {"unanswered_seconds": seconds}
     try:
         return json.loads(answer.decode("ascii")) if answer else None
     except ValueError:

@@ -216,6 +216,10 @@ def test_memory_only_cuda_sees_pinned_refuses_the_start_naming_the_reboot():
     assert "this node: CUDA sees 33.8 GiB free of 119.7 GiB" in detail and detail.endswith("reboot this node before launching")
     idle = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt")})
     assert supervisor.memory_problem(head_config()["memory"], idle) is None  # no driver: /proc/meminfo alone
+    wedged = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt")}, cuda={"unanswered_seconds": 10})
+    state, detail, did = supervisor.look(head_config(), wedged, {})  # a driver that gave no answer: vLLM would hang on it
+    assert (state, did) == ("refused", None) and not any(c[1] == "start" for c in wedged.calls)
+    assert "CUDA's driver gave no answer within 10 s" in detail and detail.endswith("reboot this node before launching")
 
 
 def test_too_little_free_memory_refuses_and_names_the_figures():

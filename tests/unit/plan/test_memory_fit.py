@@ -179,15 +179,16 @@ def test_cuda_free_and_total_are_read_through_the_nodes_driver_and_its_context_l
     assert um.cuda_mem_info(loader=lambda name: object()) is None  # a library of that name without the driver's calls
 
 
-def test_a_driver_that_does_not_answer_costs_the_bound_and_reads_as_none():
-    """The read runs in a child given its seconds: a hung cuInit (a GPU fault) never holds the probe or the supervisor."""
+def test_a_driver_that_does_not_answer_costs_the_bound_and_reads_as_no_answer_not_as_no_driver():
+    """The read runs in a child given its seconds: a hung cuInit (a GPU fault) never holds the probe or the supervisor,
+    and is told from a node without a driver (None), as vLLM would hang on it."""
     import time  # pylint: disable=import-outside-toplevel
 
     answer = {"free_bytes": 36259627008, "total_bytes": 128494518272}
     assert um.cuda_mem_info_bounded(2, read=lambda: answer) == answer
     assert um.cuda_mem_info_bounded(2, read=lambda: None) is None  # no driver
     started = time.monotonic()
-    assert um.cuda_mem_info_bounded(0.5, read=lambda: time.sleep(30)) is None
+    assert um.cuda_mem_info_bounded(0.5, read=lambda: time.sleep(30)) == {"unanswered_seconds": 0.5}
     assert time.monotonic() - started < 5
 
     def broken():
@@ -205,7 +206,7 @@ def test_while_the_last_reads_child_is_stuck_in_the_driver_no_other_starts(monke
     stuck = subprocess.Popen(["sleep", "30"])  # a child that has not gone, as one in the driver's call stays
     monkeypatch.setattr(um, "UNREAPED", {stuck.pid})
     calls = []
-    assert um.cuda_mem_info_bounded(2, read=lambda: calls.append(1) or {"free_bytes": 1, "total_bytes": 2}) is None
+    assert um.cuda_mem_info_bounded(2, read=lambda: calls.append(1) or {"free_bytes": 1, "total_bytes": 2}) == {"unanswered_seconds": 2}
     assert calls == [] and um.UNREAPED == {stuck.pid}
     stuck.kill()
     stuck.wait()  # gone (here reaped by Popen; the read then finds it gone and reads again)
@@ -294,3 +295,16 @@ def test_either_reading_refuses_the_node_in_the_plan(tmp_path):
     inputs["nodes"]["spark2"]["memory"] = capture("gb10-leaked.txt")
     plan = planner.make_plan(copy.deepcopy(inputs))
     assert any(m.startswith("spark2 holds") and "reboot spark2 before launching" in m for m in errors(plan))
+
+
+def test_a_driver_that_gave_no_answer_refuses_the_node_in_the_plan_and_no_driver_does_not(tmp_path):
+    """A hung cuInit is a GPU fault vLLM would wait on for ever: refused with the reboot named, unlike a node without a
+    driver (the simulated nodes: None), where /proc/meminfo alone judges."""
+    inputs = inputs_for("minimax_m27_nvfp4_gb10", tmp_path)
+    inputs["nodes"]["spark2"]["docker"] = {"runtimes": ["nvidia", "runc"]}
+    inputs["nodes"]["spark2"]["memory"] = dict(capture("gb10-idle.txt"), cuda={"unanswered_seconds": 10})
+    found = [m for m in errors(planner.make_plan(copy.deepcopy(inputs))) if m.startswith("spark2: CUDA's driver")]
+    assert found == ["spark2: CUDA's driver gave no answer within 10 s (cuInit or cuMemGetInfo waiting, as a GPU fault leaves "
+                     "it): vLLM would wait on it for ever. Nothing but a reboot clears it; reboot spark2 before launching"]
+    inputs["nodes"]["spark2"]["memory"] = dict(capture("gb10-idle.txt"), cuda=None)
+    assert not [m for m in errors(planner.make_plan(copy.deepcopy(inputs))) if m.startswith("spark2")]
