@@ -177,7 +177,8 @@ memory:
   description:
     - The C(unified_memory) fact of M(dgx_spark.vllm.unified_memory_info).
     - Where nvidia-smi lists no compute process, C(cuda) adds CUDA's own C(free_bytes) and C(total_bytes), read through
-      the node's driver (cuMemGetInfo, the call under vLLM's cudaMemGetInfo); null where the node has no CUDA driver.
+      the node's driver (cuMemGetInfo, the call under vLLM's cudaMemGetInfo); null where the node has no CUDA driver;
+      C(unanswered_seconds) (and C(earlier) when an earlier read still waits) where the driver gave no answer in time.
       Memory a killed container left pinned shows there, short of MemFree, when /proc/meminfo and nvidia-smi show none.
   type: dict
   returned: without O(deployments)

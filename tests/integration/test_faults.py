@@ -1503,7 +1503,9 @@ def test_bench_from_a_host_outside_the_cluster_loads_the_front_door_from_there(c
     assert rc != 0 and "vllm_bench_from=sim-worker1 is a node of spark_cluster" in " ".join(out.split())
     with tempfile.TemporaryDirectory() as folder:  # another name for the worker, as a second inventory may give it
         with open(os.path.join(folder, "alias.yml"), "w", encoding="utf-8") as handle:
-            handle.write("all:\n  hosts:\n    sim-worker1-alias:\n      ansible_host: %s\n" % NODE_ADDRESSES["sim-worker1"][0])
+            # ... and a host without ansible_host beside it: every host's address is read, and one without is its name
+            handle.write("all:\n  hosts:\n    sim-worker1-alias:\n      ansible_host: %s\n    sim-by-name:\n"
+                         % NODE_ADDRESSES["sim-worker1"][0])
         rc, out = playbook("bench", "-i", SIM, "-i", os.path.join(folder, "alias.yml"), "-e", "vllm_bench_from=sim-worker1-alias",
                            log="faults-bench-from-a-node-alias")
     assert rc != 0 and ("vllm_bench_from=sim-worker1-alias reaches %s, the address of sim-worker1" % NODE_ADDRESSES["sim-worker1"][0]

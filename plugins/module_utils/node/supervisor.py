@@ -70,8 +70,15 @@ class Ops:
         return firewall_state.state(lambda argv: self.run(argv, timeout=20), table, record)
 
     def cuda(self):
-        """CUDA's own free and total bytes through the node's driver, or None without one (probe/unified_memory.py)."""
+        """CUDA's own free and total bytes through the node's driver, None without one, or {"unanswered_seconds"} where
+        it gave no answer in time (probe/unified_memory.cuda_mem_info_bounded). Read only where nothing holds the GPU
+        (gpu_busy): a context is made and destroyed."""
         return unified_memory.cuda_mem_info_bounded()
+
+    def gpu_busy(self):
+        """Whether nvidia-smi lists a compute process (a rank of ours still there, another deployment's vLLM)."""
+        rc, out, dummy = self.run(["nvidia-smi"] + unified_memory.APPS_QUERY, timeout=20)
+        return rc == 0 and bool(unified_memory.parse_compute_apps(out))
 
     def read(self, path):
         """A small regular file's text, never through a link (vLLM's state file is in a folder its container writes)."""
@@ -129,7 +136,9 @@ def memory_problem(need, ops):
         return ("%.1f GiB is used that nothing explains: memory pinned by a container killed hard. Nothing but a reboot "
                 "frees it; reboot this node" % (unaccounted / GIB))
     # What only CUDA sees held (seed 002: nvidia-smi 0 MB used, free -g plenty), as the plan judges it (memory_fit.pinned)
-    held = memory_fit.pinned("this node", 0, need["unaccounted_limit_bytes"], facts["mem_free_bytes"], ops.cuda())
+    # Read where nothing holds the GPU, as the probe reads it (probe/node_read.py): not beside a rank still there.
+    held = memory_fit.pinned("this node", 0, need["unaccounted_limit_bytes"], facts["mem_free_bytes"],
+                             None if ops.gpu_busy() else ops.cuda())
     if held:
         return held[1]
     if need["need_available_bytes"] and available < need["need_available_bytes"]:

@@ -139,6 +139,16 @@ def loopback(host):
         return False
 
 
+def same_address(one, other):
+    """Whether two hosts' addresses (an IP literal in any spelling, or a name in any case) are the same."""
+    def normal(text):
+        try:
+            return ipaddress.ip_address(text.strip("[]")).compressed
+        except ValueError:
+            return text.lower().rstrip(".")
+    return normal(str(one)) == normal(str(other))
+
+
 # The names Ansible itself takes for the controller (its implicit localhost) where a play delegates to them.
 CONTROLLER_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -161,7 +171,7 @@ def from_refusals(bench_from, known, cluster, client_url, addresses=None):
                 "unset to run the sweep on the head" % bench_from]
     addresses = addresses or {}
     reached = addresses.get(bench_from) or bench_from
-    nodes = [n for n in cluster if (addresses.get(n) or n) == reached]
+    nodes = [n for n in cluster if same_address(addresses.get(n) or n, reached)]
     if bench_from not in CONTROLLER_NAMES and nodes:
         return ["vllm_bench_from=%s reaches %s, the address of %s, a node of spark_cluster: its load generator would take "
                 "CPU from a rank, which a run from outside avoids. Name a machine outside the cluster (or localhost for "

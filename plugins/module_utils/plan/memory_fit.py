@@ -84,10 +84,12 @@ def pinned(name, meminfo_unaccounted_bytes, limit_bytes, mem_free_bytes=None, cu
     /proc/meminfo's MemFree (``mem_free_bytes``)."""
     fix = "memory pinned by a container that was killed hard. Nothing but a reboot frees it; reboot %s before launching" % name
     if cuda and cuda.get("unanswered_seconds") is not None:  # probe/unified_memory.cuda_mem_info_bounded: not no driver
+        waited = ("an earlier read of it still waits" if cuda.get("earlier")
+                  else "it gave no answer within %g s" % cuda["unanswered_seconds"])
         return ("no answer in %g s" % cuda["unanswered_seconds"],
-                "%s: CUDA's driver gave no answer within %g s (cuInit or cuMemGetInfo waiting, as a GPU fault leaves it): vLLM "
-                "would wait on it for ever. Nothing but a reboot clears it; reboot %s before launching"
-                % (name, cuda["unanswered_seconds"], name))
+                "%s: CUDA's driver does not answer (%s: cuInit or cuMemGetInfo waiting, as a GPU fault leaves it), and vLLM "
+                "would wait on it for ever. Look again in a minute; if it still does not answer, nothing but a reboot clears "
+                "it: reboot %s before launching" % (name, waited, name))
     unaccounted = int(meminfo_unaccounted_bytes or 0)
     if unaccounted >= limit_bytes:
         return unaccounted, ("%s holds %.1f GiB that no process, GPU context or kernel structure explains: %s"

@@ -253,7 +253,7 @@ def cuda_mem_info(library="libcuda.so.1", loader=None):
     """CUDA's own free and total bytes on device 0, {"free_bytes", "total_bytes"}, read through the node's driver
     (cuMemGetInfo, the call under the cudaMemGetInfo vLLM's MemorySnapshot and torch.cuda.mem_get_info make: one driver
     answers the host and every container alike); None where the node has no CUDA driver (the simulated nodes) or it
-    does not answer. On a GB10 the free figure is about MemFree; memory a killed container left pinned is missing from
+    answers with an error (one that gives no answer at all is bounded by :func:`cuda_mem_info_bounded`). On a GB10 the free figure is about MemFree; memory a killed container left pinned is missing from
     it while /proc/meminfo and nvidia-smi see nothing (seed 002, lines 11-13). A context is made and destroyed here:
     read it where nothing of ours runs (node_read), not beside a serving vLLM."""
     try:
@@ -302,9 +302,9 @@ def cuda_mem_info_bounded(seconds=CUDA_READ_SECONDS, read=cuda_mem_info):
     the supervisor refuse a launch with it (plan/memory_fit.pinned).
     The child holds nothing of its parent's but the pipe it answers through (not the module's output, which would keep
     an SSH session open, nor the supervisor's listening socket); it is killed at the deadline and reaped when it goes
-    (one stuck in the driver goes when the driver lets it, and no other read starts meanwhile: the same no answer)."""
+    (one stuck in the driver goes when the driver lets it, and no other read starts meanwhile: no answer, ``earlier``)."""
     if reap():
-        return {"unanswered_seconds": seconds}
+        return {"unanswered_seconds": seconds, "earlier": True}
     readable, writable = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its parent's files closed, read, answer through the pipe, and leave at once

@@ -219,7 +219,25 @@ def test_memory_only_cuda_sees_pinned_refuses_the_start_naming_the_reboot():
     wedged = FakeNode(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt")}, cuda={"unanswered_seconds": 10})
     state, detail, did = supervisor.look(head_config(), wedged, {})  # a driver that gave no answer: vLLM would hang on it
     assert (state, did) == ("refused", None) and not any(c[1] == "start" for c in wedged.calls)
-    assert "CUDA's driver gave no answer within 10 s" in detail and detail.endswith("reboot this node before launching")
+    assert "CUDA's driver does not answer (it gave no answer within 10 s" in detail and "Look again in a minute" in detail
+    assert detail.endswith("reboot this node before launching")
+
+
+def test_cuda_is_not_read_beside_a_process_that_holds_the_gpu():
+    """A context is made to read CUDA's free: never beside a rank still there (a worker rejoining while its Ray container
+    runs) or another deployment's vLLM. nvidia-smi's compute apps say so, as the probe reads them."""
+    class Busy(FakeNode):
+        def run(self, argv, data=None, timeout=60):
+            if argv[0] == "nvidia-smi":
+                self.calls.append(list(argv))
+                return 0, read_fixture("nvidia_smi", "gb10-compute-apps-serving.csv"), ""
+            return FakeNode.run(self, argv, data, timeout)
+
+        def cuda(self):
+            raise AssertionError("CUDA read beside a process that holds the GPU")
+    busy = Busy(files={"/proc/meminfo": read_fixture("meminfo", "gb10-idle.txt")}, cuda={"unanswered_seconds": 10})
+    assert supervisor.memory_problem(head_config()["memory"], busy) is None
+    assert any(c[0] == "nvidia-smi" for c in busy.calls)
 
 
 def test_too_little_free_memory_refuses_and_names_the_figures():

@@ -251,6 +251,11 @@ def test_vllm_bench_from_names_the_controller_as_ansible_does_and_another_name_f
     # A host without an address is reached by its name: a name that is a node's own refuses as that node.
     refused = bench.from_refusals("loadgen", known, cluster, door, {"loadgen": "spark-w1"})
     assert "the address of spark-w1" in refused[0]
+    # One address in another spelling (an IPv6 literal, a name's case), and a host without ansible_host (Jinja's '')
+    v6 = {"spark-head": "fd00::10", "spark-w1": "FD00:0:0:0:0:0:0:11", "loadgen": "fd00::11", "w1-bmc-name": ""}
+    assert "the address of spark-w1" in bench.from_refusals("loadgen", known, cluster, door, v6)[0]
+    assert "the address of spark-w1" in bench.from_refusals("loadgen", known, cluster, door, {"loadgen": "SPARK-W1."})[0]
+    assert bench.from_refusals("w1-bmc-name", known, cluster, door, v6) == []  # reached by its own name
 
 
 def test_from_a_host_outside_the_cluster_each_point_runs_the_deployments_image_as_its_user_through_the_front_door():

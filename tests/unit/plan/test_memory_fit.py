@@ -206,7 +206,8 @@ def test_while_the_last_reads_child_is_stuck_in_the_driver_no_other_starts(monke
     stuck = subprocess.Popen(["sleep", "30"])  # a child that has not gone, as one in the driver's call stays
     monkeypatch.setattr(um, "UNREAPED", {stuck.pid})
     calls = []
-    assert um.cuda_mem_info_bounded(2, read=lambda: calls.append(1) or {"free_bytes": 1, "total_bytes": 2}) == {"unanswered_seconds": 2}
+    assert um.cuda_mem_info_bounded(2, read=lambda: calls.append(1) or {"free_bytes": 1, "total_bytes": 2}) == {"unanswered_seconds": 2,
+                                                                                                                 "earlier": True}
     assert calls == [] and um.UNREAPED == {stuck.pid}
     stuck.kill()
     stuck.wait()  # gone (here reaped by Popen; the read then finds it gone and reads again)
@@ -304,7 +305,10 @@ def test_a_driver_that_gave_no_answer_refuses_the_node_in_the_plan_and_no_driver
     inputs["nodes"]["spark2"]["docker"] = {"runtimes": ["nvidia", "runc"]}
     inputs["nodes"]["spark2"]["memory"] = dict(capture("gb10-idle.txt"), cuda={"unanswered_seconds": 10})
     found = [m for m in errors(planner.make_plan(copy.deepcopy(inputs))) if m.startswith("spark2: CUDA's driver")]
-    assert found == ["spark2: CUDA's driver gave no answer within 10 s (cuInit or cuMemGetInfo waiting, as a GPU fault leaves "
-                     "it): vLLM would wait on it for ever. Nothing but a reboot clears it; reboot spark2 before launching"]
+    assert found == ["spark2: CUDA's driver does not answer (it gave no answer within 10 s: cuInit or cuMemGetInfo waiting, as a GPU "
+                     "fault leaves it), and vLLM would wait on it for ever. Look again in a minute; if it still does not answer, "
+                     "nothing but a reboot clears it: reboot spark2 before launching"]
+    inputs["nodes"]["spark2"]["memory"] = dict(capture("gb10-idle.txt"), cuda={"unanswered_seconds": 10, "earlier": True})
+    assert any("(an earlier read of it still waits:" in m for m in errors(planner.make_plan(copy.deepcopy(inputs))))
     inputs["nodes"]["spark2"]["memory"] = dict(capture("gb10-idle.txt"), cuda=None)
     assert not [m for m in errors(planner.make_plan(copy.deepcopy(inputs))) if m.startswith("spark2")]
