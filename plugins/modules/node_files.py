@@ -99,6 +99,14 @@ options:
     type: list
     elements: path
     default: []
+  exclusive:
+    description:
+      - Folders that hold only what O(files) and O(secret_files) write there (Prometheus's keys, one per deployment):
+        anything else in them is removed as O(absent) is, in the same call. A folder inside one is refused before
+        anything is written.
+    type: list
+    elements: path
+    default: []
 """
 
 EXAMPLES = r"""
@@ -120,7 +128,7 @@ written:
   type: list
   elements: str
 removed:
-  description: The files of O(absent) removed (or that would be).
+  description: The files of O(absent), and what O(exclusive) folders held beside the plan's, removed (or that would be).
   returned: always
   type: list
   elements: str
@@ -139,13 +147,15 @@ def main():
                                               files=dict(type="list", elements="dict", default=[], options=text),
                                               # its content alone is a secret (no_log on that suboption)
                                               secret_files=dict(type="list", elements="dict", default=[], options=secret, no_log=False),
-                                              absent=dict(type="list", elements="path", default=[])),
+                                              absent=dict(type="list", elements="path", default=[]),
+                                              exclusive=dict(type="list", elements="path", default=[])),
                            supports_check_mode=True)
     params = module.params
     try:
-        node_files.remove(params["absent"], check=True)  # a folder there is refused before anything is written
+        strays = node_files.strays(params["exclusive"], set(f["path"] for f in params["files"] + params["secret_files"]))
+        node_files.remove(params["absent"] + strays, check=True)  # a folder there is refused before anything is written
         made, written, before = node_files.apply(params["folders"], params["files"] + params["secret_files"], module.check_mode)
-        removed = node_files.remove(params["absent"], module.check_mode)
+        removed = node_files.remove(params["absent"] + strays, module.check_mode)
     except (OSError, KeyError, ValueError) as exc:
         module.fail_json(msg="Could not make the node's folders and files: %s" % exc)
     result = dict(changed=bool(made or written or removed), made=made, written=written, removed=removed)

@@ -59,6 +59,17 @@ def apply(folders, files, check=False):
     return made, written, before
 
 
+def strays(folders, planned):
+    """What each of ``folders`` holds that ``planned`` (paths) does not name: a file a plan no longer wants there (a key
+    of a deployment gone). A folder that is not there holds nothing."""
+    found = []
+    for folder in folders:
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            found.extend(os.path.join(folder, name) for name in sorted(os.listdir(folder))
+                         if os.path.join(folder, name) not in planned)
+    return found
+
+
 def remove(paths, check=False):
     """Remove each of ``paths`` where it is (a file, or a link as the link: never what it names). Returns those
     removed (or that would be). A folder is refused: what this removes is a file the plan no longer wants."""
