@@ -253,8 +253,9 @@ def cuda_mem_info(library="libcuda.so.1", loader=None):
     """CUDA's own free and total bytes on device 0, {"free_bytes", "total_bytes"}, read through the node's driver
     (cuMemGetInfo, the call under the cudaMemGetInfo vLLM's MemorySnapshot and torch.cuda.mem_get_info make: one driver
     answers the host and every container alike); None where the node has no CUDA driver (the simulated nodes) or it
-    answers with an error (one that gives no answer at all is bounded by :func:`cuda_mem_info_bounded`). On a GB10 the free figure is about MemFree; memory a killed container left pinned is missing from
-    it while /proc/meminfo and nvidia-smi see nothing (seed 002, lines 11-13). A context is made and destroyed here:
+    answers with an error (one that gives no answer at all is bounded by :func:`cuda_mem_info_bounded`). On a GB10 the
+    free figure is about MemFree; memory a killed container left pinned is missing from it while /proc/meminfo and
+    nvidia-smi see nothing (seed 002, lines 11-13). A context is made and destroyed here:
     read it where nothing of ours runs (node_read), not beside a serving vLLM."""
     try:
         cuda = (loader or ctypes.CDLL)(library)

@@ -206,8 +206,8 @@ def test_while_the_last_reads_child_is_stuck_in_the_driver_no_other_starts(monke
     stuck = subprocess.Popen(["sleep", "30"])  # a child that has not gone, as one in the driver's call stays
     monkeypatch.setattr(um, "UNREAPED", {stuck.pid})
     calls = []
-    assert um.cuda_mem_info_bounded(2, read=lambda: calls.append(1) or {"free_bytes": 1, "total_bytes": 2}) == {"unanswered_seconds": 2,
-                                                                                                                 "earlier": True}
+    answer = um.cuda_mem_info_bounded(2, read=lambda: calls.append(1) or {"free_bytes": 1, "total_bytes": 2})
+    assert answer == {"unanswered_seconds": 2, "earlier": True}
     assert calls == [] and um.UNREAPED == {stuck.pid}
     stuck.kill()
     stuck.wait()  # gone (here reaped by Popen; the read then finds it gone and reads again)
