@@ -101,8 +101,8 @@ options:
     default: []
   exclusive:
     description:
-      - Folders that hold only what O(files) and O(secret_files) write there (Prometheus's keys, one per deployment):
-        anything else in them is removed as O(absent) is, in the same call. A folder inside one is refused before
+      - Folders that hold only what O(files) and O(secret_files) write there (Prometheus's keys, one per deployment).
+        Anything else in them is removed as O(absent) is, in the same call. A folder inside one is refused before
         anything is written.
     type: list
     elements: path
