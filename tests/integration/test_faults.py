@@ -102,7 +102,10 @@ FIRST_SERVE = []
 def fixture_cluster():
     client = docker.from_env()
     run("faults-sim-up", ["ansible-playbook", "playbooks/sim.yml"], timeout=1800)
-    rc, out = playbook("serve", log="faults-serve-first")
+    # Shorter looks than the defaults (30 s for the load, 15 s for the join): the simulated cluster's load of seconds
+    # would end within one default look and print no progress line, which a Spark's load of minutes prints every 30 s.
+    # test_the_first_serve_shows_each_waits_progress_and_no_poll_says_failed reads those lines.
+    rc, out = playbook("serve", "-e", "vllm_serve_look_seconds=10", "-e", "ray_cluster_look_seconds=5", log="faults-serve-first")
     FIRST_SERVE.append(out)
     yield client
     playbook("teardown", log="faults-teardown")
