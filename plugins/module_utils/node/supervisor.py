@@ -72,13 +72,14 @@ class Ops:
     def cuda(self):
         """CUDA's own free and total bytes through the node's driver, None without one, or {"unanswered_seconds"} where
         it gave no answer in time (probe/unified_memory.cuda_mem_info_bounded). Read only where nothing holds the GPU
-        (gpu_busy): a context is made and destroyed."""
+        (compute_apps): a context is made and destroyed."""
         return unified_memory.cuda_mem_info_bounded()
 
-    def gpu_busy(self):
-        """Whether nvidia-smi lists a compute process (a rank of ours still there, another deployment's vLLM)."""
+    def compute_apps(self):
+        """The processes nvidia-smi lists as holding the GPU (a rank of ours still there, another deployment's vLLM; none
+        where it does not answer)."""
         rc, out, dummy = self.run(["nvidia-smi"] + unified_memory.APPS_QUERY, timeout=20)
-        return rc == 0 and bool(unified_memory.parse_compute_apps(out))
+        return unified_memory.parse_compute_apps(out) if rc == 0 else []
 
     def read(self, path):
         """A small regular file's text, never through a link (vLLM's state file is in a folder its container writes)."""
@@ -120,9 +121,7 @@ class Ops:
 
     def memory(self):
         """The unified_memory fact of this node: its /proc/meminfo and nvidia-smi's compute apps."""
-        rc, out, dummy = self.run(["nvidia-smi"] + unified_memory.APPS_QUERY, timeout=20)
-        apps = unified_memory.parse_compute_apps(out) if rc == 0 else []
-        return unified_memory.summarize(unified_memory.parse_meminfo(self.read("/proc/meminfo")), compute_apps=apps)
+        return unified_memory.summarize(unified_memory.parse_meminfo(self.read("/proc/meminfo")), compute_apps=self.compute_apps())
 
 
 def memory_problem(need, ops):
@@ -138,7 +137,7 @@ def memory_problem(need, ops):
     # What only CUDA sees held (seed 002: nvidia-smi 0 MB used, free -g plenty), as the plan judges it (memory_fit.pinned)
     # Read where nothing holds the GPU, as the probe reads it (probe/node_read.py): not beside a rank still there.
     held = memory_fit.pinned("this node", 0, need["unaccounted_limit_bytes"], facts["mem_free_bytes"],
-                             None if ops.gpu_busy() else ops.cuda())
+                             None if ops.compute_apps() else ops.cuda())
     if held:
         return held[1]
     if need["need_available_bytes"] and available < need["need_available_bytes"]:
