@@ -1389,6 +1389,109 @@ def test_a_head_that_cannot_ssh_to_a_worker_lacking_the_image_is_refused_before_
            "refused before any change: The head sim-head cannot stream the image to sim-worker1")
 
 
+REGISTRY = "10.209.0.6:5000"  # the simulation's registry (roles/sim_cluster/tasks/registry.yml): TLS from its CA, a login
+PULLED = REGISTRY + "/dgx-spark-sim/runtime:sim"
+
+
+def registry_login():
+    with open(os.path.join(SIM, ".secrets", "registry_password"), encoding="utf-8") as handle:
+        return {"username": "sim-puller", "password": handle.read().strip()}
+
+
+def tagged():
+    """The head holds the serving image under the registry's name too (so only the worker lacks it)."""
+    head().images.get("dgx-spark-sim/runtime:sim").tag(PULLED)
+
+
+def pushed():
+    """The serving image in the registry, pushed from the head's daemon as a site's build pushes it (the head trusts the
+    registry's CA in /etc/docker/certs.d, as every node does): about 2 minutes the first time, the simulation keeps the
+    registry's data."""
+    tagged()
+    for line in head().images.push(REGISTRY + "/dgx-spark-sim/runtime", "sim", auth_config=registry_login(), stream=True, decode=True):
+        assert "error" not in line, line
+    return head().images.get(PULLED).id
+
+
+def untag_on_worker():
+    try:
+        worker().images.remove(PULLED)  # the tag only: the image stays under dgx-spark-sim/runtime:sim
+    except docker.errors.ImageNotFound:
+        pass
+
+
+def pull_vars(tmp_path, **given):
+    """image_source: pull with the registry's login, in a file (-e @file) as AWX gives a credential: never in argv."""
+    path = tmp_path / "pull.json"
+    path.write_text(json.dumps(dict({"image_source": "pull", "vllm_image": PULLED, "image_registry_username": "sim-puller",
+                                     "image_registry_password": registry_login()["password"]}, **given)), encoding="utf-8")
+    path.chmod(0o600)
+    return "@" + str(path)
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("wrong_login", "sim-worker1 cannot pull 10.209.0.6:5000/dgx-spark-sim/runtime:sim (image_source: pull, vllm_image): its registry "
+                    "10.209.0.6:5000: it refused the login of sim-puller (HTTP 401). Fix: check image_registry_username and "
+                    "image_registry_password. Nothing was changed."),
+    ("no_ca", "sim-worker1 cannot pull 10.209.0.6:5000/dgx-spark-sim/runtime:sim (image_source: pull, vllm_image): its registry "
+              "10.209.0.6:5000: its certificate is not trusted on this node"),
+    ("no_login", "it asks for a login (HTTP 401, basic) and none was given. Fix: set image_registry_username and "
+                 "image_registry_password (in AWX, a credential that gives them as extra variables, docs/awx.md)"),
+])
+def test_a_node_that_cannot_pull_the_image_is_refused_before_any_change(client, tmp_path, fault, message):
+    """image_source: pull. The worker lacks the registry's image and cannot pull it: a wrong password, the registry's CA
+    not where Docker reads it, or no login at all. serve.yml refuses before the probe, naming the node, the image, what
+    the registry said and the fix, and nothing changes: no container, no image on the worker. (None of these reaches
+    the manifest: the registry need not hold the image.)"""
+    tagged()
+    untag_on_worker()
+    ca = os.path.join(SIM_ROOT, "nodes", "sim-worker1", "certs.d", REGISTRY, "ca.crt")
+    given = {"wrong_login": {"image_registry_password": "not-the-password"}, "no_login": {"image_registry_username": "",
+                                                                                         "image_registry_password": ""}}.get(fault, {})
+    before = every_container(client)
+    if fault == "no_ca":
+        os.rename(ca, ca + ".aside")
+    try:
+        rc, out = playbook("serve", "-e", pull_vars(tmp_path, **given), log="faults-serve-pull-" + fault)
+    finally:
+        if fault == "no_ca":
+            os.rename(ca + ".aside", ca)
+    flat = " ".join(out.split())
+    assert rc != 0 and message in flat, out[-3000:]
+    if fault == "no_ca":
+        assert "Fix: place the registry's CA there as ca.crt" in flat and "/etc/docker/certs.d/10.209.0.6:5000" in flat
+    assert every_container(client) == before and all(h["changed"] == 0 for h in recap(out).values()), recap(out)
+    assert PULLED not in [t for i in worker().images.list() for t in i.tags]
+    assert registry_login()["password"] not in out
+    record("bad input", "image_source: pull, a worker that cannot pull (%s)" % fault.replace("_", " "),
+           "refused before any change: " + message[:90])
+
+
+def test_with_image_source_pull_a_worker_lacking_the_image_pulls_it_from_the_registry_with_the_login(client, tmp_path):
+    """image_source: pull against Debian's docker-registry with TLS and a login: the worker lacking the image is asked
+    first, then pulls it (the login in a config folder made for the pull and removed after), the plan reads one image ID
+    everywhere and the cluster serves on; the next run pulls nothing and changes nothing."""
+    wanted = pushed()
+    untag_on_worker()
+    started = time.monotonic()
+    rc, out = playbook("serve", "-e", pull_vars(tmp_path), log="faults-serve-pull")
+    flat = " ".join(out.split())
+    assert "Pull the image this node lacks" in out and "changed: [sim-worker1] => (item=%s)" % PULLED in flat, out[-3000:]
+    assert worker().images.get(PULLED).id == wanted == head().images.get("dgx-spark-sim/runtime:sim").id
+    assert chat() == 200
+    password = registry_login()["password"]
+    assert password not in out
+    leftovers = node_docker_exec("sim-worker1", ["sh", "-c", "ls -d /tmp/dgx-spark-pull-* 2>/dev/null; cat ~nvidia/.docker/config.json "
+                                                 "2>/dev/null; true"])
+    assert "dgx-spark-pull-" not in leftovers and password not in leftovers and "auths" not in leftovers, leftovers
+    seconds = time.monotonic() - started
+    rc, again = playbook("serve", "-e", pull_vars(tmp_path), log="faults-serve-pull-again")
+    assert all(h["changed"] == 0 for h in recap(again).values()), recap(again)
+    record("day two", "image_source: pull from a registry with TLS and a login",
+           "the worker lacking the image pulls it before the probe, one image ID everywhere, serving; the next run changes nothing",
+           seconds)
+
+
 BROKEN = b"""FROM dgx-spark-sim/runtime:sim
 RUN printf '#!/bin/sh\\necho "vllm: this image is broken on purpose" >&2\\nexit 1\\n' > /opt/vllm/bin/vllm
 """

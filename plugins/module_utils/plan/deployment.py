@@ -214,10 +214,10 @@ def plan_deployment(inputs, stage="full"):
         firewall.check(name, inputs["nodes"][name], findings)
     nodes_check.check_balance(order, inputs["nodes"], settings, findings)
     nodes_check.check_devices(order, inputs["nodes"], device_paths(settings), findings)
-    result["image_missing_on"] = nodes_check.check_images(order, inputs["nodes"], findings, settings["image"], settings["image_build"])
-    # The workers the head streams the image to (an image built on the head reaches them all): roles/image/tasks/reach.yml
-    # checks each stream's path before any change.
-    result["image_stream_to"] = [n for n in order[1:] if settings["image_build"] or n in result["image_missing_on"]]
+    result.update(image_source=settings["image_source"], image_missing_on=nodes_check.check_images(
+        order, inputs["nodes"], findings, settings["image"], settings["image_build"], settings["image_source"]))
+    # The workers the head streams the image to (a built one reaches all; none with pull): image role's reach.yml checks each.
+    result["image_stream_to"] = [n for n in order[1:] if settings["image_source"] != "pull" and (settings["image_build"] or n in result["image_missing_on"])]
     result.update(cluster=cluster, deviations=profile.get("deviations") or [])
     for name in order:
         result["nodes"][name]["restore"] = changes.restore_steps(result, name, inputs["backend"])

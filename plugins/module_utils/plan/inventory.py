@@ -9,7 +9,7 @@ import ipaddress
 import posixpath
 import re
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import flags as flag_utils, nccl_library, ring as ring_links
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import flags as flag_utils, nccl_library, pulls, ring as ring_links
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import node_paths
 
 # A cluster name becomes part of container names, folders and the firewall table's name (docs/security.md).
@@ -83,6 +83,7 @@ def check_inventory(inputs, findings):
         if key == "RAY_ADDRESS" and str(value).strip().lower().startswith("ray://"):
             findings.error("all", value, "RAY_ADDRESS=%s is a Ray Client address: vLLM would run as a remote client and silently "
                            "serve on one GPU. The collection runs vllm serve inside the head's container; remove it" % value)
+    pulls.check(settings, findings)
     check_secrets(inputs, findings)
     check_flags(inputs, findings)
     check_volumes(inputs, findings)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels, memory_fit
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import labels, memory_fit, pulls
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import endpoint_url
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe import ray_state
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.model_files import human
@@ -235,15 +235,18 @@ def check_devices(order, nodes, paths, findings):
                               " (%s hold %s)" % (", ".join(having), ", ".join(found[having[0]])) if having else "", path))
 
 
-def check_images(order, nodes, findings, image=None, build=False):
+def check_images(order, nodes, findings, image=None, build=False, source="stream"):
     """Every node must run the head's image ID (fact 14); the head must hold it unless the image role builds it there.
     Returns the nodes that lack it or hold another ID under the same name (an older pull, say): the image role streams
-    the head's to them, and every container's hash, which carries the ID, moves with it."""
+    the head's to them, and every container's hash, which carries the ID, moves with it. With ``source`` pull, each
+    node pulled what it lacked before the probe (a check run only says it would), and one holding another ID is refused."""
     head = order[0] if order else None
-    if head and "docker" in nodes[head] and nodes[head].get("docker") and not nodes[head].get("image_id") and not build:
-        findings.error(head, image, "The head %s does not hold %s; pull or load it there, or set image_build with image_base to "
-                       "build it" % (head, image))
+    if head and "docker" in nodes[head] and nodes[head].get("docker") and not nodes[head].get("image_id") and not build and source != "pull":
+        findings.error(head, image, "The head %s does not hold %s; pull or load it there, set image_source: pull to pull it on "
+                       "every node, or set image_build with image_base to build it" % (head, image))
     wanted = nodes[head].get("image_id") if head else None
+    if source == "pull":
+        pulls.other_ids([n for n in order if "docker" in nodes[n]], nodes, wanted, findings)
     return [n for n in order if "docker" in nodes[n] and (not nodes[n].get("image_id") or (wanted and nodes[n]["image_id"] != wanted))]
 
 

@@ -14,7 +14,7 @@ finding (host, value, message with the remedy); the play stops before any change
 
 from __future__ import annotations
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, monitoring, nodes as nodes_check, placement, shared, tls
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import firewall, monitoring, nodes as nodes_check, placement, pulls, shared, tls
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.base import Findings, node_paths, normalize_settings, reports
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan.deployment import (
     cluster_paths, finish, plan_deployment)
@@ -83,6 +83,7 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
         for host, node in ((plans.get(name) or {}).get("nodes") or {}).items():
             if node.get("probe"):
                 result["probes"].setdefault(host, {})[name] = node["probe"]
+    result["pulls"] = pulls.for_hosts(plans, settings_of)  # what each node pulls before the probe (image_source: pull)
     result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
     return result
 

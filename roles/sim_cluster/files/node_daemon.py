@@ -11,6 +11,8 @@ disk_full trap's does) with a /proc of the node's PID namespace, where the node'
     <root>/nodes/<node>/var             -> /var/lib/dgx-spark-vllm   (state and models, as the node sees them too)
     <root>/nodes/<node>/dev/infiniband  -> /dev/infiniband           (stand-in device nodes, for --device)
     <root>/nodes/<node>/run/hosts       -> /etc/hosts                (the node's, as DGX OS writes it)
+    <root>/nodes/<node>/certs.d         -> /etc/docker/certs.d       (the CAs the node's Docker trusts per registry: the
+                                                                     simulated registry's, as the node sees them too)
     <root>/nodes/<node>/shm             -> /dev/shm                  (the node's own tmpfs, the node's /dev/shm too:
                                                                      shared by --ipc host, as on a Spark)
     tmpfs                               -> /run/containerd           (so dockerd starts a containerd of its own)
@@ -59,6 +61,7 @@ import sys
 import time
 
 SPARK_STATE = "/var/lib/dgx-spark-vllm"
+CERTS_D = "/etc/docker/certs.d"  # Docker's per-registry trust, which the daemon reads
 # The nodes' containers, each node's under a cgroup of its own below this one, which gets a low CPU weight (v1: 128 of a
 # task's 1024 shares; v2: 12 of the default 100). On a Spark the controller is another machine; here it shares this
 # machine's cores with every node, and each vLLM rank spins a core for a second after every request (vLLM's
@@ -73,7 +76,8 @@ def paths(root, node):
     return {"base": base, "var": os.path.join(base, "var"), "dev": os.path.join(base, "dev", "infiniband"),
             "run": os.path.join(base, "run"), "sock": os.path.join(base, "run", "docker", "docker.sock"),
             "pidfile": os.path.join(base, "run", "dockerd.pid"), "hosts": os.path.join(base, "run", "hosts"), "log": os.path.join(base, "run", "dockerd.log"),
-            "drop_caches": os.path.join(base, "run", "drop_caches"), "attached": os.path.join(base, "run", "store"), "shm": os.path.join(base, "shm"),
+            "certs": os.path.join(base, "certs.d"), "drop_caches": os.path.join(base, "run", "drop_caches"),
+            "attached": os.path.join(base, "run", "store"), "shm": os.path.join(base, "shm"),
             "data": os.path.join(root, "stores", node), "exec": "/run/dgx-spark-sim/%s" % node, "bin": os.path.join(root, "bin")}
 
 
@@ -289,9 +293,9 @@ def start(p, node, container_pid, addresses):
     shutil.rmtree(p["exec"], ignore_errors=True)  # a Spark's /run is a tmpfs: a node that starts again finds it empty
     if os.path.exists(p["pidfile"]):  # its pid is in the node's PID namespace, where another process may hold it now
         os.unlink(p["pidfile"])
-    for folder in (p["var"], p["dev"], os.path.dirname(p["sock"]), p["data"], p["exec"]):
+    for folder in (p["var"], p["dev"], os.path.dirname(p["sock"]), p["data"], p["exec"], p["certs"]):
         os.makedirs(folder, exist_ok=True)
-    for mountpoint in (SPARK_STATE, "/dev/infiniband", "/run/containerd"):  # empty folders to mount on, this machine's
+    for mountpoint in (SPARK_STATE, "/dev/infiniband", "/run/containerd", CERTS_D):  # folders to mount on, this machine's
         os.makedirs(mountpoint, exist_ok=True)
     rename_interfaces(container_pid, addresses)
     with open(p["hosts"], "w", encoding="utf-8") as handle:  # as DGX OS writes it: the node's name on 127.0.1.1
@@ -299,12 +303,12 @@ def start(p, node, container_pid, addresses):
     bind_drop_caches(p, container_pid)
     libs = system_libraries(p, container_pid)
     script = ('%s mount --bind "$4" /dev/shm && mount -t proc proc /proc && mount -t tmpfs tmpfs /run/containerd '
-              '&& mount --bind "$1" %s && mount --bind "$2" /dev/infiniband && mount --bind "$3" /etc/hosts && shift 4 '
-              '&& { "$@" & }' % (libs, SPARK_STATE))
+              '&& mount --bind "$1" %s && mount --bind "$2" /dev/infiniband && mount --bind "$3" /etc/hosts '
+              '&& mount --bind "$5" %s && shift 5 && { "$@" & }' % (libs, SPARK_STATE, CERTS_D))
     argv = ["nsenter", "--net=/proc/%d/ns/net" % container_pid, "--uts=/proc/%d/ns/uts" % container_pid,
             "--ipc=/proc/%d/ns/ipc" % container_pid, "--pid=/proc/%d/ns/pid" % container_pid, "--",
             "unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script, "sh", p["var"], p["dev"], p["hosts"],
-            p["shm"],
+            p["shm"], p["certs"],
             "dockerd", "--data-root", p["data"], "--exec-root", p["exec"], "--pidfile", p["pidfile"],
             "--host", "unix://" + p["sock"], "--add-runtime", "nvidia=runc", "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"]
     docker_gid = node_group_id(container_pid, "docker")

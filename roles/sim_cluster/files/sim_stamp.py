@@ -13,7 +13,8 @@ between scenarios for their traps: a minute each when every image, folder, key a
 
 inputs.json: {"recipe": [files and folders the cluster is made from], "settings": {what the run was asked, resolved},
 "state": [files and folders a full run writes: keys, known hosts, sysfs, devices], "nodes": [node], "head": node,
-"hub": its container, "sockets": {node: its daemon's socket}, "traps": sim_traps, "reboot": [node]; for write also
+"hub": its container (or a list: the hub and the image registry), "sockets": {node: its daemon's socket}, "traps":
+sim_traps, "reboot": [node]; for write also
 "digest": the check's recipe digest, "images": {"here": [reference], "head": [reference]}, "named": {what the
 nodes' steps need of the images' steps, such as the node image's name}}.
 
@@ -137,9 +138,14 @@ def standing(inputs):
     head) and the traps in effect."""
     head_socket = inputs["sockets"][inputs["head"]]
     return {"recipe": inputs.get("digest") or recipe_digest(inputs), "state": files_digest(inputs["state"]),
-            "containers": containers(inputs["nodes"] + [inputs["hub"]]), "named": inputs.get("named") or {},
+            "containers": containers(inputs["nodes"] + services(inputs)), "named": inputs.get("named") or {},
             "images": {"here": images([i for i in inputs["images"]["here"] if i]), "head": images(inputs["images"]["head"], head_socket)},
             "traps": inputs.get("traps") or {}}
+
+
+def services(inputs):
+    """The containers that serve the nodes (the model hub, the image registry): ``hub`` names one or a list."""
+    return list(inputs["hub"]) if isinstance(inputs["hub"], list) else [inputs["hub"]]
 
 
 def same(running, last, names):
@@ -152,8 +158,8 @@ def judge_images(last, inputs, recipe, running):
     here and on the head, the hub's container (``running``: the containers as they run now)."""
     if recipe != last.get("recipe"):
         return "the recipe changed (the role, the inventory, the variables or the build sources)"
-    if not same(running, last, [inputs["hub"]]):
-        return "the hub was restarted, stopped or removed"
+    if not same(running, last, services(inputs)):
+        return "the hub or the registry was restarted, stopped or removed"
     if images(list(last["images"]["here"])) != last["images"]["here"]:
         return "an image here changed"
     if images(list(last["images"]["head"]), inputs["sockets"][inputs["head"]]) != last["images"]["head"]:
@@ -192,7 +198,7 @@ def check(path, inputs, keep=False):
         finally:
             if not keep and os.path.lexists(path):
                 os.unlink(path)
-        running = containers(inputs["nodes"] + [inputs["hub"]])  # one docker inspect for the hub and the nodes
+        running = containers(inputs["nodes"] + services(inputs))  # one docker inspect for the hub, the registry and the nodes
         why = judge_images(last, inputs, answer["recipe"], running)
         if not why:
             answer.update(images_up=True, images={k: sorted(v) for k, v in last["images"].items()}, named=last.get("named") or {})

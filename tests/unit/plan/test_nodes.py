@@ -132,10 +132,23 @@ def test_a_head_without_the_image_is_refused_unless_the_image_role_builds_it():
     nodes = {"h": probed(image_id=None), "w": probed(image_id=None)}
     refused, built = Findings(), Findings()
     assert plan_nodes.check_images(["h", "w"], nodes, refused, "img:missing") == ["h", "w"]
-    assert messages(refused) == ["The head h does not hold img:missing; pull or load it there, or set image_build with image_base "
-                                 "to build it"]
+    assert messages(refused) == ["The head h does not hold img:missing; pull or load it there, set image_source: pull to pull it on "
+                                 "every node, or set image_build with image_base to build it"]
     plan_nodes.check_images(["h", "w"], nodes, built, "img:missing", build=True)
     assert built.errors == []
+
+
+def test_with_pull_a_node_lacking_the_image_is_planned_and_one_holding_another_is_refused():
+    pulled = Findings()  # a check run: the pulls before the probe were only said, so both still lack it
+    assert plan_nodes.check_images(["h", "w"], {"h": probed(image_id=None), "w": probed(image_id=None)}, pulled, "r:5000/img:1",
+                                   source="pull") == ["h", "w"]
+    assert pulled.errors == []
+    other = Findings()
+    plan_nodes.check_images(["h", "w"], {"h": probed(image_id="sha256:" + "a" * 64), "w": probed(image_id="sha256:" + "b" * 64)},
+                            other, "r:5000/img:1", source="pull")
+    assert messages(other) == ["w holds another image under the plan's name than the head h (sha256:bbbbbbbbbbbb, the head's "
+                               "sha256:aaaaaaaaaaaa), and image_source: pull fetches only what a node lacks. Pull it again on each "
+                               "node (docker pull), or remove it where it is older (docker image rm), then run again"]
 
 
 def test_a_node_the_probe_did_not_read_is_named_and_nothing_is_guessed():

@@ -842,3 +842,28 @@ def test_the_workers_the_image_is_streamed_to_each_with_the_streams_own_check(tm
 def test_a_port_the_front_door_cannot_bind_is_refused(tmp_path, m25):
     plan, dummy = bind_plan(tmp_path, m25, port=443)
     assert not plan["ok"] and [e for e in plan["errors"] if e["message"].startswith("vllm_port 443 is below 1024")]
+
+
+def test_with_image_source_pull_the_inventory_plan_lists_each_nodes_pull_and_plans_no_stream(tmp_path, m25):
+    inputs = spark_inputs(m25, tmp_path, settings={"image_source": "pull", "image": "10.209.0.6:5000/vllm/vllm-ray:26.09"})
+    first = planner.make_plan(inputs, stage="inventory")
+    assert first["ok"] and first["pulls"] == {"spark1": ["10.209.0.6:5000/vllm/vllm-ray:26.09"], "spark2": ["10.209.0.6:5000/vllm/vllm-ray:26.09"]}
+    del inputs["nodes"]["spark2"]["image"]  # a check run: the worker's pull was only said, so its probe found no image
+    plan = planner.make_plan(inputs)
+    assert plan["ok"], plan["errors"]
+    only = plan["deployments"][plan["deployment_order"][0]]
+    assert only["image_source"] == "pull" and only["image_stream_to"] == []
+    assert planner.make_plan(spark_inputs(m25, tmp_path), stage="inventory")["pulls"] == {}  # stream: the head streams, nobody pulls
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"image_source": "registry"}, "image_source must be stream (the head streams its image to every worker that lacks it) or pull "
+                                   "(each node pulls vllm_image from its registry), got 'registry'"),
+    ({"image_source": "pull", "image_build": True}, "image_build builds the image on the head, which then streams it to the workers; "
+                                                    "with image_source: pull each node pulls vllm_image from its registry instead. "
+                                                    "Choose one: image_source: stream with image_build, or push the built image to "
+                                                    "your registry and pull it"),
+])
+def test_an_image_source_that_cannot_be_is_refused_before_any_probe(tmp_path, m25, settings, message):
+    plan = planner.make_plan(spark_inputs(m25, tmp_path, settings=settings), stage="inventory")
+    assert message in [e["message"] for e in plan["errors"]]

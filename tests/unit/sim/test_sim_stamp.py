@@ -83,7 +83,7 @@ CHANGES = [
     (lambda c: (c["inventory"] / "hosts.yml").write_text("other hosts\n"), "the recipe changed", False),
     (lambda c: c["inputs"].update(settings={"sim": ["8001"]}), "the recipe changed", False),  # -e sim_cluster_endpoint_port=8001
     (lambda c: c["now"]["running"].update({"sim-worker1": ["w1", "2026-11-27T10:00:00Z", 202]}), "a node was restarted", True),
-    (lambda c: c["now"]["running"].pop("dgx-spark-sim-hub"), "the hub was restarted", False),
+    (lambda c: c["now"]["running"].pop("dgx-spark-sim-hub"), "the hub or the registry was restarted", False),
     (lambda c: os.unlink(str(c["state"] / "sim_ssh_ed25519")), "a key, the known hosts", True),  # a clean clone, the nodes up
     (lambda c: (c["state"] / "sys" / "gid").write_text("fe80::2\n"), "a key, the known hosts", True),
     (lambda c: os.unlink(str(c["state"] / "sys" / "link")), "a key, the known hosts", True),
