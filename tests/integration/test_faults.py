@@ -1446,8 +1446,8 @@ def test_a_node_that_cannot_pull_the_image_is_refused_before_any_change(client, 
     tagged()
     untag_on_worker()
     ca = os.path.join(SIM_ROOT, "nodes", "sim-worker1", "certs.d", REGISTRY, "ca.crt")
-    given = {"wrong_login": {"image_registry_password": "not-the-password"}, "no_login": {"image_registry_username": "",
-                                                                                         "image_registry_password": ""}}.get(fault, {})
+    given = {"wrong_login": {"image_registry_password": "not-the-password"},
+             "no_login": {"image_registry_username": "", "image_registry_password": ""}}.get(fault, {})
     before = every_container(client)
     if fault == "no_ca":
         os.rename(ca, ca + ".aside")
