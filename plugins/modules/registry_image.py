@@ -11,8 +11,8 @@ short_description: Ask a registry whether this node can pull an image, or pull i
 version_added: 1.0.0
 description:
   - With C(image_source=pull) every node fetches the plan's image from its registry instead of the head streaming
-    it. A pull that fails midway through an apply leaves the cluster half changed, and its causes are the node's own:
-    the registry's CA not trusted there, no login or a wrong one, a name the registry lacks, an address it cannot reach.
+    it. A pull that fails midway through an apply leaves the cluster half changed, and its causes are the node's own
+    (the registry's CA not trusted there, no login or a wrong one, a name the registry lacks, an address it cannot reach).
   - O(state=checked) asks the registry for the image's manifest from the node, as C(docker pull) would ask it (the
     system's CAs and C(/etc/docker/certs.d/<registry>/*.crt), a Basic or a Bearer login), and returns RV(problem) with
     the fix, or nothing; it changes nothing. A node that holds the image asks nothing.
