@@ -143,12 +143,14 @@ def main():
         except registry.Answer as answer:
             result.update(kind=answer.kind, problem="its registry %s: %s" % (registry.reference(params["image"])["registry"], answer.problem))
         module.exit_json(**result)
+    result["changed"] = True
     if module.check_mode:
-        module.exit_json(**dict(result, changed=True))
+        module.exit_json(**result)
     rc, out, err = registry.pull(params["image"], params["username"], params["password"], timeout=params["pull_timeout"])
     if rc != 0:
         module.fail_json(msg="docker pull %s failed (exit status %d): %s" % (params["image"], rc, (err or out).strip()[-2000:]), **result)
-    module.exit_json(**dict(result, changed=True, image_id=image_id(params["image"]), pulled=(out.strip().splitlines() or [""])[-1]))
+    result.update(image_id=image_id(params["image"]), pulled=(out.strip().splitlines() or [""])[-1])
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":
