@@ -218,3 +218,36 @@ def keyless_answers(base, api_key):
             elif status != 401 and not (status in (400, 403) and b"<center>nginx</center>" in body):  # nginx's own refusals
                 answered.append((method, path, key is not None, status, body[:80]))
     return len(asked), answered
+
+
+# The simulation's image registry (roles/sim_cluster/tasks/registry.yml): TLS from its CA, a login; the serving image
+# under its name, for image_source: pull.
+REGISTRY = "10.209.0.6:5000"
+PULLED = REGISTRY + "/dgx-spark-sim/runtime:sim"
+
+
+def registry_login():
+    with open(os.path.join(ROOT, "inventories", "sim", ".secrets", "registry_password"), encoding="utf-8") as handle:
+        return {"username": "sim-puller", "password": handle.read().strip()}
+
+
+def push_to_registry(push=True):
+    """The head's serving image under the registry's name, and with ``push`` in the registry, pushed from the head's
+    daemon as a site's build pushes it (the head trusts the registry's CA in /etc/docker/certs.d, as every node does):
+    about 2 minutes the first time; the simulation keeps the registry's data. Returns the image's ID."""
+    head = node_docker("sim-head")
+    head.images.get("dgx-spark-sim/runtime:sim").tag(PULLED)
+    for line in head.images.push(PULLED.rsplit(":", 1)[0], "sim", auth_config=registry_login(), stream=True, decode=True) if push else []:
+        assert "error" not in line, line
+    return head.images.get(PULLED).id
+
+
+def untag_pulled(*nodes):
+    """The registry's name taken from ``nodes`` (the tag only: the image stays under dgx-spark-sim/runtime:sim)."""
+    import docker
+
+    for node in nodes:
+        try:
+            node_docker(node).images.remove(PULLED)
+        except docker.errors.ImageNotFound:
+            pass

@@ -18,8 +18,8 @@ import pytest
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.plan import monitoring
 from load import Load
-from runner import (ROOT, SIM_ROOT, NODE_ADDRESSES, connect_all, datagrams_from, environment, keyless_answers, listening, node_docker,
-                    node_docker_exec, open_listeners, recap, record, run, send_udp)
+from runner import (PULLED, REGISTRY, ROOT, SIM_ROOT, NODE_ADDRESSES, connect_all, datagrams_from, environment, keyless_answers, listening,
+                    node_docker, node_docker_exec, open_listeners, push_to_registry, recap, record, registry_login, run, send_udp, untag_pulled)
 
 pytestmark = pytest.mark.slow
 
@@ -1389,37 +1389,6 @@ def test_a_head_that_cannot_ssh_to_a_worker_lacking_the_image_is_refused_before_
            "refused before any change: The head sim-head cannot stream the image to sim-worker1")
 
 
-REGISTRY = "10.209.0.6:5000"  # the simulation's registry (roles/sim_cluster/tasks/registry.yml): TLS from its CA, a login
-PULLED = REGISTRY + "/dgx-spark-sim/runtime:sim"
-
-
-def registry_login():
-    with open(os.path.join(SIM, ".secrets", "registry_password"), encoding="utf-8") as handle:
-        return {"username": "sim-puller", "password": handle.read().strip()}
-
-
-def tagged():
-    """The head holds the serving image under the registry's name too (so only the worker lacks it)."""
-    head().images.get("dgx-spark-sim/runtime:sim").tag(PULLED)
-
-
-def pushed():
-    """The serving image in the registry, pushed from the head's daemon as a site's build pushes it (the head trusts the
-    registry's CA in /etc/docker/certs.d, as every node does): about 2 minutes the first time, the simulation keeps the
-    registry's data."""
-    tagged()
-    for line in head().images.push(REGISTRY + "/dgx-spark-sim/runtime", "sim", auth_config=registry_login(), stream=True, decode=True):
-        assert "error" not in line, line
-    return head().images.get(PULLED).id
-
-
-def untag_on_worker():
-    try:
-        worker().images.remove(PULLED)  # the tag only: the image stays under dgx-spark-sim/runtime:sim
-    except docker.errors.ImageNotFound:
-        pass
-
-
 def pull_vars(tmp_path, **given):
     """image_source: pull with the registry's login, in a file (-e @file) as AWX gives a credential: never in argv."""
     path = tmp_path / "pull.json"
@@ -1443,8 +1412,8 @@ def test_a_node_that_cannot_pull_the_image_is_refused_before_any_change(client, 
     not where Docker reads it, or no login at all. serve.yml refuses before the probe, naming the node, the image, what
     the registry said and the fix, and nothing changes: no container, no image on the worker. (None of these reaches
     the manifest: the registry need not hold the image.)"""
-    tagged()
-    untag_on_worker()
+    push_to_registry(push=False)
+    untag_pulled("sim-worker1")
     ca = os.path.join(SIM_ROOT, "nodes", "sim-worker1", "certs.d", REGISTRY, "ca.crt")
     given = {"wrong_login": {"image_registry_password": "not-the-password"},
              "no_login": {"image_registry_username": "", "image_registry_password": ""}}.get(fault, {})
@@ -1471,8 +1440,8 @@ def test_with_image_source_pull_a_worker_lacking_the_image_pulls_it_from_the_reg
     """image_source: pull against Debian's docker-registry with TLS and a login: the worker lacking the image is asked
     first, then pulls it (the login in a config folder made for the pull and removed after), the plan reads one image ID
     everywhere and the cluster serves on; the next run pulls nothing and changes nothing."""
-    wanted = pushed()
-    untag_on_worker()
+    wanted = push_to_registry()
+    untag_pulled("sim-worker1")
     started = time.monotonic()
     rc, out = playbook("serve", "-e", pull_vars(tmp_path), log="faults-serve-pull")
     flat = " ".join(out.split())

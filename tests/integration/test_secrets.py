@@ -9,10 +9,11 @@ import json
 import os
 import urllib.request
 
+import docker
 import pytest
 import yaml
 
-from runner import ROOT, node_docker, run
+from runner import PULLED, ROOT, node_docker, push_to_registry, registry_login, run, untag_pulled
 
 pytestmark = pytest.mark.slow
 
@@ -46,11 +47,16 @@ def fixture_extra_vars(tmp_path):
         profile = yaml.safe_load(handle)
     profile["model"]["id"] = "dgx-spark-sim/sim-tiny-gated"  # the simulated hub answers 401 without the token
     (tmp_path / "gated.yml").write_text(yaml.safe_dump(profile))
-    path = tmp_path / "secrets.yml"
-    path.write_text(yaml.safe_dump(dict(SECRETS, vllm_profile="", vllm_profile_file=str(tmp_path / "gated.yml"))))
-    path.chmod(0o600)
     run("secrets-sim-up", ["ansible-playbook", "playbooks/sim.yml"], timeout=1800)
+    # Each node pulls the image from the simulation's registry with its login (image_source: pull), which is one more secret.
+    SECRETS["image_registry_password"] = registry_login()["password"]
+    path = tmp_path / "secrets.yml"
+    path.write_text(yaml.safe_dump(dict(SECRETS, vllm_profile="", vllm_profile_file=str(tmp_path / "gated.yml"), image_source="pull",
+                                        vllm_image=PULLED, image_registry_username="sim-puller")))
+    path.chmod(0o600)
+    push_to_registry()
     run("secrets-teardown-before", ["ansible-playbook", "playbooks/teardown.yml"], timeout=900)
+    untag_pulled(*NODES)  # both nodes must pull with the login
     for node in NODES:  # the head must fetch with the token and the worker must copy with the rsync secret
         for folder in glob.glob(os.path.join(MODELS % node, GATED)):
             run("secrets-empty-" + node, ["rm", "-rf", folder])
@@ -69,11 +75,16 @@ def test_no_secret_appears_in_output_artifacts_containers_or_processes(extra_var
     for node in NODES:
         assert glob.glob(os.path.join(MODELS % node, GATED, "snapshots", "*", "config.json")), node
     assert "sim-worker1 <- sim-head" in out
+    assert all(PULLED in [t for i in node_docker(n).images.list() for t in i.tags] for n in NODES)  # and the login pulled it
     request = urllib.request.Request("http://10.209.0.10:8000/v1/models", headers={"Authorization": "Bearer " + SECRETS["vllm_api_key"]})
     with urllib.request.urlopen(request, timeout=30) as answer:
         assert answer.status == 200
     for node in NODES:
         found += leaks(node_ps(node), "ps on " + node)
+        kept = docker.from_env().containers.get(node).exec_run(  # the pull's own config folder went with it; ~/.docker has no login
+            ["sh", "-c", "ls -d /tmp/dgx-spark-pull-* 2>/dev/null; cat ~nvidia/.docker/config.json /root/.docker/config.json 2>/dev/null"])
+        found += leaks(kept.output.decode(), "the files of the pull on " + node)
+        found += ["a pull's folder left on " + node] if b"dgx-spark-pull-" in kept.output else []
         client = node_docker(node)
         for container in client.containers.list(all=True):
             found += leaks(json.dumps(client.api.inspect_container(container.id)), "docker inspect %s on %s" % (container.name, node))

@@ -86,12 +86,22 @@ class Answer(Exception):
         self.kind, self.problem = kind, problem
 
 
+class SameHostLogin(urllib.request.HTTPRedirectHandler):
+    """A redirect keeps the login only on the host that asked for it (urllib would send it anywhere)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        found = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if found is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+            found.remove_header("Authorization")
+        return found
+
+
 def ask(url, headers, context, timeout):
     """(status, headers, body) of a GET with ``context``'s trust; an HTTP error is an answer too. No answer at all raises
     Answer. (Ansible's open_url takes one CA file, which replaces the system's: Docker trusts both.)"""
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.build_opener(urllib.request.HTTPSHandler(context=context)).open(request, timeout=timeout) as response:
+        with urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), SameHostLogin).open(request, timeout=timeout) as response:
             return response.status, response.headers, response.read(1 << 20)
     except urllib.error.HTTPError as error:
         return error.code, error.headers, error.read(1 << 16)
@@ -104,6 +114,9 @@ def ask(url, headers, context, timeout):
 
 def token(params, ref, username, password, context, timeout):
     """A Bearer token from the realm a registry named, asked with the login when there is one."""
+    if username and not params["realm"].startswith("https://"):
+        raise Answer("login", "its token service %s is not HTTPS, and the login is never sent in the clear. Fix: serve the token "
+                     "service over HTTPS" % params["realm"])
     query = {"service": params.get("service", ""), "scope": params.get("scope") or "repository:%s:pull" % ref["repository"]}
     headers = {"Authorization": "Basic " + basic(username, password)} if username else {}
     status, dummy, body = ask(params["realm"] + "?" + urllib.parse.urlencode(query), headers, context, timeout)
