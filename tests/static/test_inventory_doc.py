@@ -66,15 +66,16 @@ def read_with_default():
 
     read, defined = set(), set()
     for path in glob.glob(os.path.join(ROOT, "roles", "*", "*", "*.yml")) + glob.glob(os.path.join(ROOT, "playbooks", "*.yml")) \
-            + glob.glob(os.path.join(ROOT, "playbooks", "tasks", "*.yml")):
+            + glob.glob(os.path.join(ROOT, "playbooks", "tasks", "*.yml")) + glob.glob(os.path.join(ROOT, "roles", "*", "templates", "*.j2")):
         if os.path.relpath(path, ROOT).startswith(SKIPPED) or "/meta/" in path:
             continue
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
-        read.update(re.findall(r"\b([a-z][a-z0-9_]*) \| default\(", text))
+        read.update(re.findall(r"\b([a-z][a-z0-9_]*)\s*\|\s*default\(", text))
         if "/defaults/" in path:
             defined.update(re.findall(r"^([a-z][a-z0-9_]*):", text, re.M))
-        walk_definitions(DOC.load(path), defined)
+        if path.endswith(".yml"):
+            walk_definitions(DOC.load(path), defined)
     read.update(DOC.per_host())
     return {n for n in read - defined if n.startswith(PREFIXES)}
 

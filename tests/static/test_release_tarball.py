@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import sys
 
 import pytest
 
@@ -127,3 +128,33 @@ def test_plan_runs_by_fqcn_offline_on_a_copy_of_the_shipped_sample(release):
         plan = json.load(handle)
     assert plan["ok"], plan["errors"]
     assert [(d["profile"], d["nodes_order"]) for d in plan["deployments"].values()] == [("minimax_m25_nvfp4_ep", ["spark1", "spark2"])]
+
+
+def test_the_lowest_ansible_core_claimed_plans_the_shipped_sample(release, tmp_path):
+    """meta/runtime.yml's claim, tried at its floor: ansible-core of that exact release (from the package index, in a
+    virtualenv of its own) plans a copy of the shipped sample from the installed tarball, as the release the tests run
+    does (test_plan_runs_by_fqcn_offline_on_a_copy_of_the_shipped_sample)."""
+    floor = galaxy_runtime_floor()
+    venv = tmp_path / "core-floor"
+    run("release-core-floor-venv", [sys.executable, "-m", "venv", str(venv)])
+    run("release-core-floor-install", [str(venv / "bin" / "pip"), "install", "-q", "ansible-core==" + floor])
+    rc, out = run("release-core-floor-version", [str(venv / "bin" / "ansible-playbook"), "--version"], env=release["env"])
+    assert out.startswith("ansible-playbook [core %s]" % floor), out[:200]
+    inventory = release["work"] / "floor-cluster"
+    shutil.copytree(release["installed"] / "inventories" / "sparks", inventory)
+    run("release-core-floor-plan", [str(venv / "bin" / "ansible-playbook"), "dgx_spark.vllm.plan", "-i", str(inventory),
+                                    "-e", "dgx_spark_offline=true", "-e", "vllm_model_revision=" + "0123456789abcdef" * 2 + "01234567"],
+        cwd=str(release["work"]), env=release["env"])
+    with open(inventory / ".artifacts" / "plan.json", encoding="utf-8") as handle:
+        assert json.load(handle)["ok"]
+
+
+def galaxy_runtime_floor():
+    """The release meta/runtime.yml's requires_ansible names as its lowest (">=2.19.0" gives 2.19.0)."""
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "meta", "runtime.yml"),
+              encoding="utf-8") as handle:
+        claimed = yaml.safe_load(handle)["requires_ansible"]
+    return re.match(r">=\s*([0-9.]+)", claimed).group(1)
+
