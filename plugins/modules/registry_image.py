@@ -16,10 +16,13 @@ description:
   - O(state=checked) asks the registry for the image's manifest from the node, as C(docker pull) would ask it (the
     system's CAs and C(/etc/docker/certs.d/<registry>/*.crt), a Basic or a Bearer login), and returns RV(problem) with
     the fix, or nothing; it changes nothing. A node that holds the image asks nothing.
-  - O(state=present) pulls the image where the node lacks it. The login goes to C(docker) in a C(config.json) of a
-    folder made for the pull (mode 0700) and removed after it, never in argv, the environment or the user's
-    C(~/.docker).
-  - Runs as the SSH user, who runs C(docker) on the node (the image role's other steps do too).
+  - O(state=present) pulls the image where the node lacks it, through the Docker daemon's API on its socket as
+    C(docker pull) asks it, the login in the request's C(X-Registry-Auth) header, never in argv, the environment, a
+    file or the user's C(~/.docker). The daemon's own mirrors, proxy and insecure registries apply to the pull; the
+    check (O(state=checked)) goes from the node straight to the registry, with the SSH user's proxy settings.
+  - Send a login only to the registry it is for: the image role passes it only for images of that registry.
+  - Runs as the SSH user, who runs C(docker) on the node (the image role's other steps do too): the daemon's socket is
+    C(DOCKER_HOST)'s when that names a unix socket, else C(/var/run/docker.sock).
 author:
   - dgx_spark.vllm developers (@dgx-spark)
 extends_documentation_fragment:
@@ -101,7 +104,7 @@ problem:
     CAs and the *.crt files in /etc/docker/certs.d/10.209.0.6:5000/ (none there). Fix: place the registry's CA there
     as ca.crt, as docker pull reads it
 pulled:
-  description: The last line C(docker pull) printed (its digest, or that the image is up to date), after a pull.
+  description: The daemon's last word on the pull (that the image was downloaded, or is up to date).
   returned: when pulled
   type: str
   sample: "Status: Downloaded newer image for 10.209.0.6:5000/dgx-spark-sim/runtime:sim"
@@ -111,11 +114,12 @@ kind:
   type: str
 """
 
+import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import registry
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import registry, registry_pull
 
 
 def image_id(image):
@@ -146,10 +150,12 @@ def main():
     result["changed"] = True
     if module.check_mode:
         module.exit_json(**result)
-    rc, out, err = registry.pull(params["image"], params["username"], params["password"], timeout=params["pull_timeout"])
-    if rc != 0:
-        module.fail_json(msg="docker pull %s failed (exit status %d): %s" % (params["image"], rc, (err or out).strip()[-2000:]), **result)
-    result.update(image_id=image_id(params["image"]), pulled=(out.strip().splitlines() or [""])[-1])
+    ok, said = registry_pull.pull(params["image"], params["username"], params["password"], registry_pull.daemon_socket(os.environ),
+                                  params["pull_timeout"])
+    if not ok:
+        module.fail_json(msg="The pull of %s failed: %s. Check the node's disk (docker system df) and its daemon's log"
+                         % (params["image"], said[-2000:]), **result)
+    result.update(image_id=image_id(params["image"]), pulled=said)
     module.exit_json(**result)
 
 

@@ -157,4 +157,3 @@ def galaxy_runtime_floor():
               encoding="utf-8") as handle:
         claimed = yaml.safe_load(handle)["requires_ansible"]
     return re.match(r">=\s*([0-9.]+)", claimed).group(1)
-

@@ -9,20 +9,18 @@ the ``*.crt`` files of ``/etc/docker/certs.d/<registry>/`` (Docker's own per-reg
 inventory or an AWX credential gives, answered to either challenge a registry sends (Basic, or a Bearer token from
 the realm it names). Each answer but the manifest becomes what to fix: the CA, the login, the name, the address.
 
-The pull gives ``docker`` the login in a ``config.json`` of its own, in a folder made for the pull (mode 0700) and
-removed after it: never in argv, the environment, or the user's ``~/.docker``."""
+The pull (module_utils/node/registry_pull.py) hands the login to the node's Docker daemon over its socket, in the
+request's X-Registry-Auth header: never in argv, the environment, a file, or the user's ``~/.docker``."""
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import re
-import shutil
 import socket
 import ssl
-import subprocess
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -61,15 +59,20 @@ def challenge(header):
 
 
 def trust(registry, certs_dir=CERTS_DIR):
-    """The TLS context docker pull would use for ``registry``: the system's CAs and the registry's own ``*.crt``.
-    Returns (context, the files loaded)."""
+    """The TLS context docker pull would use for ``registry``: the system's CAs and the registry's own ``*.crt``, and a
+    client certificate the registry asks for (``<name>.cert`` with its ``<name>.key``). Returns (context, the files
+    loaded)."""
     context = ssl.create_default_context()
     folder = os.path.join(certs_dir, registry)
     loaded = []
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        path = os.path.join(folder, name)
         if name.endswith(".crt"):
-            context.load_verify_locations(os.path.join(folder, name))
-            loaded.append(os.path.join(folder, name))
+            context.load_verify_locations(path)
+            loaded.append(path)
+        elif name.endswith(".cert"):
+            context.load_cert_chain(path, path[:-len(".cert")] + ".key")
+            loaded.append(path)
     return context, loaded
 
 
@@ -87,19 +90,23 @@ class Answer(Exception):
 
 
 class SameHostLogin(urllib.request.HTTPRedirectHandler):
-    """A redirect keeps the login only on the host that asked for it (urllib would send it anywhere)."""
+    """A redirect is followed only to HTTPS, and keeps the login only where scheme, host and port stay the same (urllib
+    would send it anywhere, in the clear too)."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urllib.parse.urlsplit(newurl).scheme != "https":
+            return None  # the redirect is then the answer: "it answered HTTP 30x"
         found = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if found is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+        before, after = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(newurl)
+        if found is not None and (before.scheme, before.hostname, before.port) != (after.scheme, after.hostname, after.port):
             found.remove_header("Authorization")
         return found
 
 
-def ask(url, headers, context, timeout):
-    """(status, headers, body) of a GET with ``context``'s trust; an HTTP error is an answer too. No answer at all raises
-    Answer. (Ansible's open_url takes one CA file, which replaces the system's: Docker trusts both.)"""
-    request = urllib.request.Request(url, headers=headers)
+def ask(url, headers, context, timeout, method="GET"):
+    """(status, headers, body) of a request with ``context``'s trust; an HTTP error is an answer too. No answer at all
+    raises Answer. (Ansible's open_url takes one CA file, which replaces the system's: Docker trusts both.)"""
+    request = urllib.request.Request(url, headers=headers, method=method)
     try:
         with urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), SameHostLogin).open(request, timeout=timeout) as response:
             return response.status, response.headers, response.read(1 << 20)
@@ -110,6 +117,8 @@ def ask(url, headers, context, timeout):
         if isinstance(reason, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(reason):
             raise Answer("tls", "its certificate is not trusted on this node (%s)" % getattr(reason, "verify_message", reason))
         raise Answer("unreachable", "it does not answer at %s (%s)" % (urllib.parse.urlsplit(url).netloc, reason))
+    except (http.client.HTTPException, ValueError) as error:
+        raise Answer("answer", "its answer at %s could not be read (%s)" % (urllib.parse.urlsplit(url).netloc, error))
 
 
 def token(params, ref, username, password, context, timeout):
@@ -119,10 +128,16 @@ def token(params, ref, username, password, context, timeout):
                      "service over HTTPS" % params["realm"])
     query = {"service": params.get("service", ""), "scope": params.get("scope") or "repository:%s:pull" % ref["repository"]}
     headers = {"Authorization": "Basic " + basic(username, password)} if username else {}
-    status, dummy, body = ask(params["realm"] + "?" + urllib.parse.urlencode(query), headers, context, timeout)
+    joined = "&" if urllib.parse.urlsplit(params["realm"]).query else "?"
+    status, dummy, body = ask(params["realm"] + joined + urllib.parse.urlencode(query), headers, context, timeout)
     if status != 200:
         raise Answer("login", refused_login(username, "its token service at %s answered HTTP %d" % (params["realm"], status)))
-    found = json.loads(body.decode() or "{}")
+    try:
+        found = json.loads(body.decode() or "{}")
+    except ValueError:
+        found = {}
+    if not (found.get("token") or found.get("access_token")):
+        raise Answer("login", "its token service at %s gave no token" % params["realm"])
     return found.get("token") or found.get("access_token")
 
 
@@ -139,11 +154,12 @@ def check(image, username=None, password=None, certs_dir=CERTS_DIR, timeout=30):
     try:
         context, loaded = trust(ref["registry"], certs_dir)
     except (OSError, ssl.SSLError) as error:
-        raise Answer("tls", "the CA file in %s/%s cannot be read (%s)" % (certs_dir, ref["registry"], error))
+        raise Answer("tls", "a CA or client certificate file in %s/%s/ cannot be read (%s). Fix: make it readable for the SSH "
+                     "user, or remove what is not the registry's" % (certs_dir, ref["registry"], error))
     url = "https://%s/v2/%s/manifests/%s" % (ref["api_host"], ref["repository"], ref["reference"])
     headers = {"Accept": ACCEPT}
     try:
-        status, answered, body = ask(url, headers, context, timeout)
+        status, answered, body = ask(url, headers, context, timeout, "HEAD")
         if status == 401:
             scheme, params = challenge(answered.get("WWW-Authenticate"))
             if scheme == "bearer" and params.get("realm"):
@@ -153,7 +169,7 @@ def check(image, username=None, password=None, certs_dir=CERTS_DIR, timeout=30):
                 headers["Authorization"] = "Basic " + basic(username, password)
             else:
                 raise Answer("login", refused_login(None, "HTTP 401, %s" % (scheme or "no scheme")))
-            status, answered, body = ask(url, headers, context, timeout)
+            status, answered, body = ask(url, headers, context, timeout, "HEAD")
     except Answer as answer:
         if answer.kind == "tls":
             answer.problem += (". Docker trusts the system's CAs and the *.crt files in %s/%s/ (%s). Fix: place the registry's "
@@ -164,7 +180,8 @@ def check(image, username=None, password=None, certs_dir=CERTS_DIR, timeout=30):
     if status == 403:
         raise Answer("denied", "it denies %s pulls of %s (HTTP 403). Fix: grant that login read access to the repository"
                      % (username or "an anonymous client", ref["repository"]))
-    if status == 404:
+    if status == 404:  # a HEAD has no body: the error's codes come with a GET (a manifest not found counts no pull)
+        body = ask(url, headers, context, timeout)[2]
         raise Answer("missing", "it holds no %s:%s (HTTP 404: %s). Fix: push the image there, or name one it holds in vllm_image"
                      % (ref["repository"], ref["reference"], errors(body)))
     if status != 200:
@@ -177,26 +194,4 @@ def errors(body):
     try:
         return ", ".join(e.get("code", "") for e in json.loads(body.decode()).get("errors") or []) or "no error code"
     except (ValueError, AttributeError):
-        return (body or b"")[:120].decode(errors="replace")
-
-
-def docker_config(image, username, password):
-    """A docker config holding the login for ``image``'s registry (empty without a login)."""
-    if not username:
-        return {}
-    return {"auths": {reference(image)["config_key"]: {"auth": basic(username, password)}}}
-
-
-def pull(image, username=None, password=None, docker="docker", timeout=3600, run=subprocess.run):
-    """``docker pull`` with the login in a config folder of its own, removed after; (rc, stdout, stderr)."""
-    folder = tempfile.mkdtemp(prefix="dgx-spark-pull-")  # mode 0700, this user's
-    try:
-        config = docker_config(image, username, password)
-        if config:
-            opened = os.open(os.path.join(folder, "config.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(opened, "w", encoding="utf-8") as handle:
-                json.dump(config, handle)
-        done = run([docker, "--config", folder, "pull", image], capture_output=True, text=True, timeout=timeout, check=False)
-        return done.returncode, done.stdout, done.stderr
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        return (body or b"")[:120].decode(errors="replace") or "no error code"

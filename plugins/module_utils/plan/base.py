@@ -62,6 +62,7 @@ DEFAULT_SETTINGS = {
     "rsync_port": 8730,
     "image_build": False,               # the image role builds the image on the head (image_build)
     "image_source": "stream",           # stream (the head's image to each worker) or pull (module_utils/plan/pulls.py)
+    "image_registry": None,             # the registry the pull's login is for; None: the one the image names
     "trust_remote_code_unpinned": False,  # allow --trust-remote-code with a revision that is not a commit (warned)
     "code_pins": None,                  # {file vLLM loads, as the container sees it: sha256} (module_utils/plan/code.py)
     "pipeline_across_nodes": False,     # allow PP > 1 across nodes with Ray, which crashed on the 2nd request (seed 003; warned)

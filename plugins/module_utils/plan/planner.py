@@ -83,7 +83,7 @@ def make_plan(inputs, stage="full", listed=None, profiles_of=None, probes=None, 
         for host, node in ((plans.get(name) or {}).get("nodes") or {}).items():
             if node.get("probe"):
                 result["probes"].setdefault(host, {})[name] = node["probe"]
-    result["pulls"] = pulls.for_hosts(plans, settings_of)  # what each node pulls before the probe (image_source: pull)
+    result["pulls"] = pulls.for_hosts(plans, settings_of, pulls.login_registry(settings))  # what each node pulls before the probe (image_source: pull)
     result.update(ok=not findings.errors, errors=findings.errors, warnings=findings.warnings)
     return result
 

@@ -12,6 +12,8 @@ so they happen before the probe."""
 
 from __future__ import annotations
 
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node.registry import reference
+
 SOURCES = ("stream", "pull")
 
 
@@ -27,17 +29,26 @@ def check(settings, findings):
                        "with image_build, or push the built image to your registry and pull it")
 
 
-def for_hosts(plans, settings_of):
-    """host -> the images it pulls when it lacks them (deployments with image_source: pull, each image once)."""
+def for_hosts(plans, settings_of, login_for=None):
+    """host -> the images it pulls when it lacks them (deployments with image_source: pull, each image once), each
+    with its registry and whether the login goes with it: only to the registry it is for (``login_for``:
+    image_registry, else the registry of the inventory's vllm_image), as docker login keeps one per registry."""
     found = {}
     for name, plan in plans.items():
         settings = settings_of.get(name) or {}
         if settings.get("image_source") != "pull" or not settings.get("image"):
             continue
+        registry = reference(settings["image"])["registry"]
+        entry = {"image": settings["image"], "registry": registry, "login": registry == login_for}
         for host in (plan or {}).get("nodes_order") or []:
-            if settings["image"] not in found.setdefault(host, []):
-                found[host].append(settings["image"])
+            if entry not in found.setdefault(host, []):
+                found[host].append(entry)
     return found
+
+
+def login_registry(settings):
+    """The registry image_registry_username's login is for: image_registry, else the one vllm_image names."""
+    return settings.get("image_registry") or (reference(settings["image"])["registry"] if settings.get("image") else None)
 
 
 def other_ids(order, nodes, wanted, findings):

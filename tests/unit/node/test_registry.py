@@ -1,13 +1,14 @@
 """A node's image from a registry: names read as Docker reads them, a registry's challenge, its answers turned into
 what to fix, and the pull's login kept out of argv and removed after."""
 
+import base64
 import datetime
 import http.server
 import ipaddress
 import json
 import os
+import socket
 import ssl
-import stat
 import threading
 
 import pytest
@@ -16,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import registry
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import registry, registry_pull
 
 # What the simulated cluster's registry (Debian's docker-registry 2.8, tasks/registry.yml) answered to a request without
 # a login, and Docker Hub's token challenge, as each sends it.
@@ -45,23 +46,55 @@ def test_a_registrys_challenge_gives_its_scheme_and_parameters():
     assert registry.challenge(None) == ("", {})
 
 
-def test_the_pull_gets_the_login_in_a_folder_of_its_own_never_in_argv_and_the_folder_goes(tmp_path):
-    seen = {}
+# What a node's Docker daemon (the simulation's, Docker 20.10 of Debian bookworm) streamed for a pull, one JSON object
+# per line, and what it streams when the registry refuses the login.
+PULLED_LINES = [b'{"status":"Pulling from dgx-spark-sim/runtime","id":"sim"}\r\n',
+                b'{"status":"Pulling fs layer","progressDetail":{},"id":"a1b2c3d4e5f6"}\r\n',
+                b'{"status":"Pull complete","progressDetail":{},"id":"a1b2c3d4e5f6"}\r\n',
+                b'{"status":"Digest: sha256:' + b"c" * 64 + b'"}\r\n',
+                b'{"status":"Status: Downloaded newer image for 10.209.0.6:5000/dgx-spark-sim/runtime:sim"}\r\n']
+REFUSED_LINES = [b'{"errorDetail":{"message":"Head \\"https://10.209.0.6:5000/v2/dgx-spark-sim/runtime/manifests/sim\\": no basic '
+                 b'auth credentials"},"error":"Head \\"https://10.209.0.6:5000/v2/dgx-spark-sim/runtime/manifests/sim\\": no basic '
+                 b'auth credentials"}\r\n']
 
-    def docker(argv, **kwargs):  # what docker would read: its argv, and the config folder it is given
-        folder = argv[argv.index("--config") + 1]
-        seen.update(argv=argv, env=kwargs.get("env"), mode=stat.S_IMODE(os.stat(folder).st_mode),
-                    file_mode=stat.S_IMODE(os.stat(os.path.join(folder, "config.json")).st_mode), folder=folder)
-        with open(os.path.join(folder, "config.json"), encoding="utf-8") as handle:
-            seen["config"] = json.load(handle)
-        return type("Done", (), {"returncode": 0, "stdout": "pulled\n", "stderr": ""})()
 
-    assert registry.pull("10.209.0.6:5000/dgx-spark-sim/runtime:sim", "sim-puller", "s3cret", run=docker) == (0, "pulled\n", "")
-    assert seen["argv"][0] == "docker" and seen["argv"][-2:] == ["pull", "10.209.0.6:5000/dgx-spark-sim/runtime:sim"]
-    assert not any("s3cret" in a for a in seen["argv"]) and seen["env"] is None
-    assert seen["mode"] == 0o700 and seen["file_mode"] == 0o600
-    assert seen["config"] == {"auths": {"10.209.0.6:5000": {"auth": "c2ltLXB1bGxlcjpzM2NyZXQ="}}}
-    assert not os.path.exists(seen["folder"])
+def test_the_pull_asks_the_daemon_with_the_login_in_its_header_never_in_the_path():
+    path, headers = registry_pull.request("10.209.0.6:5000/dgx-spark-sim/runtime:sim", "sim-puller", "s3cret")
+    assert path == "/images/create?fromImage=10.209.0.6%3A5000%2Fdgx-spark-sim%2Fruntime&tag=sim" and "s3cret" not in path
+    login = json.loads(base64.urlsafe_b64decode(headers["X-Registry-Auth"]))
+    assert login == {"username": "sim-puller", "password": "s3cret", "serveraddress": "10.209.0.6:5000"}
+    assert registry_pull.request("ubuntu@sha256:" + "a" * 64)[0].endswith("fromImage=ubuntu&tag=sha256%3A" + "a" * 64)
+    assert registry_pull.request("ubuntu")[1] == {}  # no login, no header
+
+
+def test_the_daemons_stream_says_whether_the_pull_worked():
+    assert registry_pull.outcome(PULLED_LINES) == (True, "Status: Downloaded newer image for 10.209.0.6:5000/dgx-spark-sim/runtime:sim")
+    ok, said = registry_pull.outcome(REFUSED_LINES)
+    assert not ok and said.endswith("no basic auth credentials")
+    assert registry_pull.daemon_socket({"DOCKER_HOST": "unix:///run/user/1000/docker.sock"}) == "/run/user/1000/docker.sock"
+    assert registry_pull.daemon_socket({}) == "/var/run/docker.sock"
+
+
+def test_the_pull_goes_to_the_daemons_socket_and_reads_its_stream(tmp_path):
+    """A socket that answers as the daemon answered (PULLED_LINES): the request reaches it with the login in its header."""
+    path, seen = str(tmp_path / "docker.sock"), {}
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+
+    def answer():
+        conn, dummy = server.accept()
+        seen["request"] = conn.recv(65536)
+        body = b"".join(PULLED_LINES)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    assert registry_pull.pull("10.209.0.6:5000/dgx-spark-sim/runtime:sim", "sim-puller", "s3cret", path, timeout=10)[0]
+    head = seen["request"].decode()
+    assert head.startswith("POST /images/create?fromImage=") and "X-Registry-Auth: " in head and "s3cret" not in head
+    server.close()
+    assert registry_pull.pull("x/y:z", socket_path=str(tmp_path / "none.sock"))[1].startswith("the daemon at ")
 
 
 def test_a_registry_nobody_answers_at_is_named_with_its_address():
@@ -88,24 +121,30 @@ def certificate(tmp_path, name, issuer_key=None, issuer=None, ca=False):
 
 
 class Registry(http.server.BaseHTTPRequestHandler):
-    """A TLS server that answers as the registry did: the challenge without a login, the manifest with the right one."""
+    """A TLS server that answers as the registry did: the challenge without a login, the manifest with the right one
+    (to HEAD as to GET, the body only to GET)."""
 
-    def do_GET(self):  # noqa: N802 (http.server's name)
+    def answer(self):
         if self.headers.get("Authorization") != "Basic " + registry.basic("sim-puller", "right"):
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", DISTRIBUTION_CHALLENGE)
-            self.end_headers()
-            self.wfile.write(b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}')
-            return
+            return 401, {"WWW-Authenticate": DISTRIBUTION_CHALLENGE}, b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}'
         if not self.path.endswith("/manifests/sim"):
-            self.send_response(404)
-            self.end_headers()
-            self.wfile.write(b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}')
-            return
-        self.send_response(200)
-        self.send_header("Docker-Content-Digest", "sha256:" + "c" * 64)
+            return 404, {}, b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}'
+        return 200, {"Docker-Content-Digest": "sha256:" + "c" * 64}, b"{}"
+
+    def send(self, body):
+        status, headers, text = self.answer()
+        self.send_response(status)
+        for name, value in dict(headers, **{"Content-Length": str(len(text))}).items():
+            self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(b"{}")
+        if body:
+            self.wfile.write(text)
+
+    def do_HEAD(self):  # noqa: N802 (http.server's names)
+        self.send(False)
+
+    def do_GET(self):  # noqa: N802
+        self.send(True)
 
     def log_message(self, *args):
         pass

@@ -847,7 +847,10 @@ def test_a_port_the_front_door_cannot_bind_is_refused(tmp_path, m25):
 def test_with_image_source_pull_the_inventory_plan_lists_each_nodes_pull_and_plans_no_stream(tmp_path, m25):
     inputs = spark_inputs(m25, tmp_path, settings={"image_source": "pull", "image": "10.209.0.6:5000/vllm/vllm-ray:26.09"})
     first = planner.make_plan(inputs, stage="inventory")
-    assert first["ok"] and first["pulls"] == {"spark1": ["10.209.0.6:5000/vllm/vllm-ray:26.09"], "spark2": ["10.209.0.6:5000/vllm/vllm-ray:26.09"]}
+    pulled = {"image": "10.209.0.6:5000/vllm/vllm-ray:26.09", "registry": "10.209.0.6:5000", "login": True}
+    assert first["ok"] and first["pulls"] == {"spark1": [pulled], "spark2": [pulled]}
+    other = planner.make_plan(dict(inputs, settings=dict(inputs["settings"], image_registry="registry.site:443")), stage="inventory")
+    assert other["pulls"]["spark1"] == [dict(pulled, login=False)]  # the login is for another registry: never sent to this one
     del inputs["nodes"]["spark2"]["image"]  # a check run: the worker's pull was only said, so its probe found no image
     plan = planner.make_plan(inputs)
     assert plan["ok"], plan["errors"]
