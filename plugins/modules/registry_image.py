@@ -20,8 +20,8 @@ description:
     C(docker pull) asks it, the login in the request's C(X-Registry-Auth) header, never in argv, the environment, a
     file or the user's C(~/.docker). The daemon's own mirrors, proxy and insecure registries apply to the pull; the
     check (O(state=checked)) goes from the node straight to the registry, with the SSH user's proxy settings.
-  - Send a login only to the registry it is for: the image role passes it only for images of that registry.
-  - Runs as the SSH user, who runs C(docker) on the node (the image role's other steps do too): the daemon's socket is
+  - Send a login only to the registry it is for; the image role passes it only for images of that registry.
+  - Runs as the SSH user, who runs C(docker) on the node (the image role's other steps do too); the daemon's socket is
     C(DOCKER_HOST)'s when that names a unix socket, else C(/var/run/docker.sock).
 author:
   - dgx_spark.vllm developers (@dgx-spark)

@@ -6,7 +6,6 @@ import datetime
 import http.server
 import ipaddress
 import json
-import os
 import socket
 import ssl
 import threading
