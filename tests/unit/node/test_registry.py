@@ -19,7 +19,7 @@ from cryptography.x509.oid import NameOID
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import registry, registry_pull
 
 # What the simulated cluster's registry (Debian's docker-registry 2.8, tasks/registry.yml) answered to a request without
-# a login, and Docker Hub's token challenge, as each sends it.
+# a login (read with curl), and Docker Hub's token challenge in the form its documentation gives.
 DISTRIBUTION_CHALLENGE = 'Basic realm="dgx-spark-sim-registry"'
 HUB_CHALLENGE = 'Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/ubuntu:pull"'
 
@@ -45,8 +45,8 @@ def test_a_registrys_challenge_gives_its_scheme_and_parameters():
     assert registry.challenge(None) == ("", {})
 
 
-# What a node's Docker daemon (the simulation's, Docker 20.10 of Debian bookworm) streamed for a pull, one JSON object
-# per line, and what it streams when the registry refuses the login.
+# A pull's stream, in the form Docker's API gives it (one JSON object per line, progress in "status", an "error" object
+# when the registry refuses: the daemon's own words for a missing login).
 PULLED_LINES = [b'{"status":"Pulling from dgx-spark-sim/runtime","id":"sim"}\r\n',
                 b'{"status":"Pulling fs layer","progressDetail":{},"id":"a1b2c3d4e5f6"}\r\n',
                 b'{"status":"Pull complete","progressDetail":{},"id":"a1b2c3d4e5f6"}\r\n',
