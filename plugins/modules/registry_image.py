@@ -115,16 +115,11 @@ kind:
 """
 
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgx_spark.vllm.plugins.module_utils.node import registry, registry_pull
-
-
-def image_id(image):
-    found = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True, check=False)
-    return found.stdout.strip() if found.returncode == 0 else ""
+from ansible_collections.dgx_spark.vllm.plugins.module_utils.probe.node_probe import image_id
 
 
 def main():
@@ -137,7 +132,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    held = image_id(params["image"])
+    held = image_id(module.run_command, params["image"]) or ""
     result = dict(changed=False, present=bool(held), image_id=held, problem="", kind="")
     if held:
         module.exit_json(**result)
@@ -155,7 +150,7 @@ def main():
     if not ok:
         module.fail_json(msg="The pull of %s failed: %s. Check the node's disk (docker system df) and its daemon's log"
                          % (params["image"], said[-2000:]), **result)
-    result.update(image_id=image_id(params["image"]), pulled=said)
+    result.update(image_id=image_id(module.run_command, params["image"]) or "", pulled=said)
     module.exit_json(**result)
 
 

@@ -37,8 +37,8 @@ ACCEPT = ", ".join(["application/vnd.oci.image.index.v1+json", "application/vnd.
 
 def reference(image):
     """A name as Docker reads it: the registry (its first part when that has a dot, a port or is localhost; else the
-    hub, whose one-part names are library's), the repository, the tag or digest (latest when neither), the host its API
-    answers on, and the key of the login in a docker config."""
+    hub, whose one-part names are library's), the repository, the tag or digest (latest when neither), the name as given
+    without them, the host its API answers on, and the key of the login in a docker config."""
     name, digest = image.split("@", 1) if "@" in image else (image, None)
     first, slash, rest = name.partition("/")
     if slash and ("." in first or ":" in first or first == "localhost"):
@@ -49,6 +49,7 @@ def reference(image):
     if ":" in path.rsplit("/", 1)[-1]:
         path, tag = path.rsplit(":", 1)
     return {"registry": registry, "repository": path, "reference": digest or tag or "latest",
+            "name": name[:-len(tag) - 1] if tag else name,
             "api_host": HUB_API if registry == HUB else registry, "config_key": HUB_CONFIG_KEY if registry == HUB else registry}
 
 

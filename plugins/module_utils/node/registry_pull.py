@@ -37,15 +37,11 @@ class UnixConnection(http.client.HTTPConnection):
 def request(image, username=None, password=None):
     """(the API path, its headers) of the pull of ``image``: the name apart from its tag or digest, and the login for
     the image's own registry (Docker's X-Registry-Auth: base64url of its JSON)."""
-    name, digest = image.split("@", 1) if "@" in image else (image, None)
-    tag = None
-    if ":" in name.rsplit("/", 1)[-1]:
-        name, tag = name.rsplit(":", 1)
-    headers = {}
+    ref, headers = reference(image), {}
     if username:
-        login = {"username": username, "password": password or "", "serveraddress": reference(image)["config_key"]}
+        login = {"username": username, "password": password or "", "serveraddress": ref["config_key"]}
         headers["X-Registry-Auth"] = base64.urlsafe_b64encode(json.dumps(login).encode()).decode()
-    return "/images/create?" + urllib.parse.urlencode({"fromImage": name, "tag": digest or tag or "latest"}), headers
+    return "/images/create?" + urllib.parse.urlencode({"fromImage": ref["name"], "tag": ref["reference"]}), headers
 
 
 def outcome(lines):
