@@ -76,12 +76,6 @@ def decide_changes(inputs, nodes, cluster, head):
         if nodes[name]["fabric_ip"] in joined["missing_ips"] and nodes[name]["changes"][spec["name"]] == "none":
             nodes[name]["changes"][spec["name"]] = "restart"
     changing = any(c != "none" for n in order for c in nodes[n]["changes"].values())
-    for name in order if inputs["backend"] == "ray" else []:
-        # A worker whose container is made or started joins while vLLM imports (serve.yml starts it after the launch);
-        # one whose running container is replaced goes before the launch: Ray may list its old node alive for a while,
-        # and vLLM's placement group could land on it just before it is stopped under vLLM's rank (fact 3).
-        change = nodes[name]["changes"][nodes[name]["containers"][0]["name"]]
-        nodes[name]["joins_after_launch"] = name != head and change in ("create", "start")
     for name in order:
         serve = nodes[name].get("serve")
         if serve and inputs["backend"] == "mp":  # vLLM is the container's own process: it changes with the container

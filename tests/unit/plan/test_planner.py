@@ -498,8 +498,8 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     fresh["nodes"]["spark2"].update(docker_ps=[])
     fresh_plan = deployment.plan_deployment(copy.deepcopy(fresh))
     assert [fresh_plan["nodes"][n]["models_mount_kept"] for n in ("spark1", "spark2")] == [False] * 2
-    # A worker made anew joins while vLLM imports (started after the launch); the head never waits for the launch.
-    assert [fresh_plan["nodes"][n]["joins_after_launch"] for n in ("spark1", "spark2")] == [False, True]
+    # Every node's Ray container is made before vLLM's launch, the workers' with the head's (ray_cluster's start).
+    assert [fresh_plan["nodes"][n]["changes"]["dgx-spark-ray-" + n] for n in ("spark1", "spark2")] == ["create", "create"]
     watcher = json.dumps({"Names": "dgx-spark-model-watcher", "State": "running",
                           "Labels": "dgx_spark.vllm.cluster=dgx-spark,dgx_spark.vllm.node=spark2,dgx_spark.vllm.managed=true"})
     fresh["nodes"]["spark2"]["docker_ps"] = [watcher]
@@ -510,8 +510,6 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     replaced = deployment.plan_deployment(inputs)
     assert replaced["cluster"]["changes"] == ["spark1: recreate dgx-spark-ray-spark1", "spark2: restart dgx-spark-ray-spark2"]
     assert replaced["nodes"]["spark1"]["serve"]["change"] == "start"
-    # A running worker replaced goes before the launch: vLLM's placement group must not land on its old node.
-    assert not replaced["nodes"]["spark2"]["joins_after_launch"]
     assert [replaced["nodes"][n]["models_mount_kept"] for n in ("spark1", "spark2")] == [False, False]
     for name in ("spark1", "spark2"):  # vLLM starts again: each node's memory now is the baseline teardown compares with
         assert baseline(replaced["nodes"][name]) is not None
@@ -574,7 +572,6 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     missing = deployment.plan_deployment(copy.deepcopy(inputs))
     assert missing["cluster"]["changes"] == ["spark2: restart dgx-spark-ray-spark2"]
     assert planner.make_plan(copy.deepcopy(inputs))["unchanged"] == []  # launched, then verified as a launch
-    assert not missing["nodes"]["spark2"]["joins_after_launch"]  # restarted before vLLM is launched again
     assert missing["nodes"]["spark1"]["serve"]["change"] == "start" and missing["cluster"]["join_gate_proven"] is False
     # vLLM runs: it is stopped by its process group before the worker's container restarts under its rank (fact 3)
     assert missing["nodes"]["spark1"]["serve"]["stop_first"] and not healthy["nodes"]["spark1"]["serve"]["stop_first"]
