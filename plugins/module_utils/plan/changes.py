@@ -67,6 +67,9 @@ def decide_changes(inputs, nodes, cluster, head):
     cluster["env_drift"] = nodes_check.env_drift(order, inputs["nodes"], nodes)
     head_change = nodes.get(head, {}).get("changes", {}).get(container_name(inputs["settings"], "ray", head))
     joined = nodes_check.join_state(inputs["nodes"].get(head), cluster) if inputs["backend"] == "ray" else None
+    # Every node's Ray container starts before vLLM's launch, the workers' with the head's; but a worker that asked while
+    # the head's old container still ran would join that Ray and die with it: a replaced head goes first (ray_cluster).
+    cluster["ray_head_first"] = inputs["backend"] == "ray" and head_change == "recreate"
     for name in order if inputs["backend"] == "ray" and head_change not in (None, "none") else []:
         spec = nodes[name]["containers"][0]
         if name != head and nodes[name]["changes"][spec["name"]] == "none":

@@ -498,8 +498,10 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     fresh["nodes"]["spark2"].update(docker_ps=[])
     fresh_plan = deployment.plan_deployment(copy.deepcopy(fresh))
     assert [fresh_plan["nodes"][n]["models_mount_kept"] for n in ("spark1", "spark2")] == [False] * 2
-    # Every node's Ray container is made before vLLM's launch, the workers' with the head's (ray_cluster's start).
+    # Every node's Ray container is made before vLLM's launch, the workers' with the head's (ray_cluster's start): no
+    # old head runs whose Ray a worker could join.
     assert [fresh_plan["nodes"][n]["changes"]["dgx-spark-ray-" + n] for n in ("spark1", "spark2")] == ["create", "create"]
+    assert fresh_plan["cluster"]["ray_head_first"] is False
     watcher = json.dumps({"Names": "dgx-spark-model-watcher", "State": "running",
                           "Labels": "dgx_spark.vllm.cluster=dgx-spark,dgx_spark.vllm.node=spark2,dgx_spark.vllm.managed=true"})
     fresh["nodes"]["spark2"]["docker_ps"] = [watcher]
@@ -510,6 +512,8 @@ def test_a_replaced_ray_head_restarts_the_workers_and_vllm(tmp_path, m25):
     replaced = deployment.plan_deployment(inputs)
     assert replaced["cluster"]["changes"] == ["spark1: recreate dgx-spark-ray-spark1", "spark2: restart dgx-spark-ray-spark2"]
     assert replaced["nodes"]["spark1"]["serve"]["change"] == "start"
+    # The head's running container is replaced: the workers' go after it, or one could join the old head's Ray.
+    assert replaced["cluster"]["ray_head_first"] is True
     assert [replaced["nodes"][n]["models_mount_kept"] for n in ("spark1", "spark2")] == [False, False]
     for name in ("spark1", "spark2"):  # vLLM starts again: each node's memory now is the baseline teardown compares with
         assert baseline(replaced["nodes"][name]) is not None
@@ -571,6 +575,7 @@ def test_the_heads_probe_of_ray_proves_the_join_gate_or_restarts_the_worker_that
     inputs["nodes"]["spark1"]["ray"] = node_probe.ray(0, json.dumps(left), "", "dgx-spark-ray-spark1")
     missing = deployment.plan_deployment(copy.deepcopy(inputs))
     assert missing["cluster"]["changes"] == ["spark2: restart dgx-spark-ray-spark2"]
+    assert missing["cluster"]["ray_head_first"] is False  # the head stays: the worker rejoins it at once
     assert planner.make_plan(copy.deepcopy(inputs))["unchanged"] == []  # launched, then verified as a launch
     assert missing["nodes"]["spark1"]["serve"]["change"] == "start" and missing["cluster"]["join_gate_proven"] is False
     # vLLM runs: it is stopped by its process group before the worker's container restarts under its rank (fact 3)
